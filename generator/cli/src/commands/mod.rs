@@ -1,0 +1,38 @@
+//! One module per subcommand.
+
+pub mod new;
+pub mod render;
+pub mod schema;
+pub mod validate;
+
+use std::path::Path;
+
+use hetgen_spec::{Checked, Job, Report};
+
+use crate::exit::Failure;
+
+/// Reads and checks the spec at `path`.
+pub fn check(path: &Path) -> Result<Checked, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|source| Failure::Read {
+        path: path.to_owned(),
+        hint: if source.kind() == std::io::ErrorKind::NotFound {
+            "give the spec's path, or create one with `hetgen new NAME`".to_owned()
+        } else {
+            "check that the file is readable UTF-8 text".to_owned()
+        },
+        source,
+    })?;
+    Ok(hetgen_spec::check(&path.display().to_string(), &text))
+}
+
+/// Reads and checks the spec; prints its problems; fails when it has errors.
+pub fn load(path: &Path) -> Result<(Job, Report), Failure> {
+    let checked = check(path)?;
+    if !checked.report.problems.is_empty() {
+        eprint!("{}", crate::output::render_report(&checked.report));
+    }
+    match checked.job {
+        Some(job) => Ok((job, checked.report)),
+        None => Err(Failure::InvalidSpec(Box::new(checked.report))),
+    }
+}

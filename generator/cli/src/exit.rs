@@ -1,0 +1,79 @@
+//! Why a command failed, and the exit code that says so.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use hetgen_spec::Report;
+
+/// Exit codes (sysexits where one fits).
+pub mod code {
+    /// The command failed.
+    pub const FAILURE: u8 = 1;
+    /// The spec is invalid (EX_DATAERR).
+    pub const INVALID_SPEC: u8 = 65;
+}
+
+/// A failed command.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum Failure {
+    /// The spec has errors; they were printed already.
+    #[error("{0}")]
+    InvalidSpec(Box<Report>),
+    /// A file could not be read.
+    #[error("cannot read `{}`", path.display())]
+    #[diagnostic(code(hetgen::io::read), help("{hint}"))]
+    Read {
+        path: PathBuf,
+        hint: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Rendering hit a template bug.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Template(#[from] hetgen_render::TemplateError),
+    /// Writing output failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Write(#[from] hetgen_render::WriteError),
+    /// `render --check` found stale files; the diff was printed already.
+    #[error("{count} rendered file(s) under `{}` are stale", dir.display())]
+    #[diagnostic(
+        code(hetgen::render::stale),
+        help("run `hetgen render` to bring them up to date")
+    )]
+    Stale { dir: PathBuf, count: usize },
+    /// `hetgen new` would overwrite something.
+    #[error("`{}` already exists", path.display())]
+    #[diagnostic(
+        code(hetgen::new::exists),
+        help("choose another name, or remove it first")
+    )]
+    Exists { path: PathBuf },
+    /// `hetgen new` got a name that is not a valid job name.
+    #[error("`{name}` is not a valid job name")]
+    #[diagnostic(
+        code(hetgen::new::name),
+        help(
+            "use letters, digits and hyphens (at most 42), starting and ending with a letter or digit"
+        )
+    )]
+    BadName { name: String },
+    /// Creating the new project failed.
+    #[error("cannot create `{}`", path.display())]
+    #[diagnostic(code(hetgen::new::write), help("check that the folder is writable"))]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            Failure::InvalidSpec(_) => code::INVALID_SPEC,
+            _ => code::FAILURE,
+        })
+    }
+}

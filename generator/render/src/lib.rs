@@ -1,0 +1,129 @@
+//! # hetgen-render
+//!
+//! Turns a resolved [`Job`] into the files of `build/<job>/`:
+//!
+//! | file | what it is |
+//! |---|---|
+//! | `create-training-job.json` | the exact CreateTrainingJob request ([`request`]) |
+//! | `estimator.py` | the same job through the SageMaker Python SDK |
+//! | `job.json` | the resolved job, read by the launcher inside every instance |
+//! | `launcher/` | a Cargo crate whose `main` starts the instance's role |
+//! | `proto/hetgen/data/v1/data.proto` | the data service contract |
+//! | `Dockerfile` | the bring-your-own training image |
+//!
+//! The two JSON files are serialized from typed structs (exact, no comment possible); the rest
+//! are minijinja templates embedded from `templates/`, whose folder tree is the output tree
+//! (`templates/launcher/Cargo.toml.j2` → `launcher/Cargo.toml`). Undefined template variables
+//! are errors. Rendering happens wholly in memory, so a failure writes nothing.
+
+pub mod request;
+mod templates;
+mod write;
+
+use hetgen_spec::Job;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use templates::TemplateError;
+pub use write::{Stale, WriteError, check, write};
+
+/// PyTorch release the trainer's libtorch comes from (tch 0.26 is built against it).
+pub const TORCH_VERSION: &str = "2.13.0";
+/// The tch release the runtime uses.
+pub const TCH_VERSION: &str = "0.26";
+
+/// The data service contract, owned by the runtime and copied into every rendered job.
+pub const DATA_PROTO: &str = include_str!("../../../runtime/proto/hetgen/data/v1/data.proto");
+
+/// Whether hetgen owns a file or the user does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// Rewritten by every render and compared by `render --check`.
+    Generated,
+    /// Written once when missing, then the user's to edit (the launcher's `main.rs`).
+    Scaffold,
+}
+
+/// One rendered file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    /// Path relative to the job's folder, `/`-separated.
+    pub path: String,
+    /// Full contents.
+    pub contents: String,
+    /// Who owns it after it is written.
+    pub ownership: Ownership,
+}
+
+/// Everything rendered for one job.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The job's folder name under the output directory (the job name).
+    pub dir: String,
+    /// The files, in a stable order.
+    pub files: Vec<File>,
+}
+
+/// The spec a job came from, for the "generated from" line and the spec hash.
+#[derive(Debug, Clone, Copy)]
+pub struct SpecOrigin<'a> {
+    /// The spec's file name as shown in generated headers (no directories, so output does not
+    /// depend on where the spec lives).
+    pub file_name: &'a str,
+    /// The spec's exact text.
+    pub text: &'a str,
+}
+
+impl SpecOrigin<'_> {
+    /// Hex SHA-256 of the spec text.
+    pub fn sha256(&self) -> String {
+        let digest = Sha256::digest(self.text.as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// What `job.json` holds: the resolved job and where it came from.
+#[derive(Debug, Serialize)]
+struct JobFile<'a> {
+    generated_by: String,
+    spec: &'a str,
+    spec_sha256: &'a str,
+    job: &'a Job,
+}
+
+/// Renders every file of `job`.
+pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateError> {
+    let sha = origin.sha256();
+    let mut files = Vec::new();
+    if let Some(sm) = &job.sagemaker {
+        let request = request::create_training_job(job, sm, &sha);
+        files.push(generated("create-training-job.json", json(&request)));
+    }
+    let job_file = JobFile {
+        generated_by: format!("hetgen {}", env!("CARGO_PKG_VERSION")),
+        spec: origin.file_name,
+        spec_sha256: &sha,
+        job,
+    };
+    files.push(generated("job.json", json(&job_file)));
+    files.extend(templates::render_all(job, origin, &sha)?);
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Rendered {
+        dir: job.name.clone(),
+        files,
+    })
+}
+
+fn generated(path: &str, contents: String) -> File {
+    File {
+        path: path.to_owned(),
+        contents,
+        ownership: Ownership::Generated,
+    }
+}
+
+fn json(value: &impl Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("rendered structs serialize");
+    text.push('\n');
+    text
+}

@@ -1,0 +1,261 @@
+//! Parse, validate and resolve a spec: text in, a [`Job`] and a [`Report`] out.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::diagnostic::{Problem, Report, Severity, SpecSource};
+use crate::model::Job;
+use crate::raw::RawSpec;
+use crate::rules;
+use crate::spans::{KeyPath, SpanIndex};
+use crate::suggest::did_you_mean;
+
+/// Deepest nesting of arrays and inline tables hetgen reads. The TOML parser recurses per
+/// level, so an absurdly nested file could exhaust the stack; no real spec nests past 5.
+const MAX_NESTING: usize = 64;
+
+/// The outcome of checking one spec.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The resolved job, when the spec has no errors.
+    pub job: Option<Job>,
+    /// Every error and warning found.
+    pub report: Report,
+}
+
+/// Parses and validates the spec `text`, read from `name` (used in messages only).
+pub fn check(name: &str, text: &str) -> Checked {
+    let source = SpecSource::new(name, text);
+    let spans = SpanIndex::new(text);
+    let mut ctx = Ctx {
+        source: &source,
+        spans,
+        problems: Vec::new(),
+    };
+    let job = parse(&mut ctx, text).and_then(|raw| rules::resolve(&mut ctx, &raw));
+    let mut problems = ctx.problems;
+    problems.sort_by_key(|p| p.span.as_ref().map_or(usize::MAX, |s| s.start));
+    let report = Report { source, problems };
+    Checked {
+        job: job.filter(|_| !report.has_errors()),
+        report,
+    }
+}
+
+/// Shared state of one check: where problems are collected and how paths find their spans.
+pub(crate) struct Ctx<'a> {
+    pub source: &'a SpecSource,
+    pub spans: SpanIndex<'a>,
+    pub problems: Vec<Problem>,
+}
+
+impl Ctx<'_> {
+    /// Reports an error at the value `path` points to.
+    pub fn error(
+        &mut self,
+        code: &'static str,
+        path: &KeyPath,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let span = self.spans.value(path);
+        self.push(Severity::Error, code, span, message, label, help);
+    }
+
+    /// Reports an error at the key `path` names (for problems with a key rather than a value).
+    pub fn error_at_key(
+        &mut self,
+        code: &'static str,
+        path: &KeyPath,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let span = self.spans.key(path);
+        self.push(Severity::Error, code, span, message, label, help);
+    }
+
+    /// Reports a warning at the value `path` points to.
+    pub fn warn(
+        &mut self,
+        code: &'static str,
+        path: &KeyPath,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let span = self.spans.value(path);
+        self.push(Severity::Warning, code, span, message, label, help);
+    }
+
+    fn push(
+        &mut self,
+        severity: Severity,
+        code: &'static str,
+        span: Option<std::ops::Range<usize>>,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        self.problems.push(Problem::new(
+            self.source,
+            code,
+            severity,
+            message.into(),
+            span,
+            label.into(),
+            Some(help.into()),
+        ));
+    }
+}
+
+fn parse(ctx: &mut Ctx<'_>, text: &str) -> Option<RawSpec> {
+    if let Some(offset) = too_deep(text) {
+        ctx.push(
+            Severity::Error,
+            "hetgen::spec::too-deep",
+            Some(offset..offset + 1),
+            format!("arrays or tables nested deeper than {MAX_NESTING} levels"),
+            "too deep",
+            "a hetgen spec never needs this much nesting; check the brackets",
+        );
+        return None;
+    }
+    if let Err(err) = toml::de::DeTable::parse(text) {
+        ctx.push(
+            Severity::Error,
+            "hetgen::spec::syntax",
+            err.span(),
+            format!("invalid TOML: {}", err.message()),
+            "here",
+            "fix the TOML syntax; see https://toml.io",
+        );
+        return None;
+    }
+    match toml::from_str::<RawSpec>(text) {
+        Ok(raw) => Some(raw),
+        Err(err) => {
+            schema_error(ctx, &err);
+            None
+        }
+    }
+}
+
+static UNKNOWN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^unknown (field|variant) `([^`]*)`, (?:expected|there are no) (.*)$").unwrap()
+});
+static MISSING: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^missing field `([^`]*)`").unwrap());
+static TICKED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`]*)`").unwrap());
+
+/// Turns serde's first type error into a problem with a hint: "did you mean" for unknown keys
+/// and values, "add the key" for missing ones.
+fn schema_error(ctx: &mut Ctx<'_>, err: &toml::de::Error) {
+    let message = err.message().trim().to_owned();
+    let mut span = err.span();
+    let (code, label, help) = if let Some(caps) = UNKNOWN.captures(&message) {
+        let (kind, given) = (&caps[1], caps[2].to_owned());
+        let expected: Vec<String> = TICKED
+            .captures_iter(&caps[3])
+            .map(|c| c[1].to_owned())
+            .collect();
+        let suggestion = did_you_mean(&given, expected.iter().map(String::as_str));
+        let list = expected
+            .iter()
+            .map(|e| format!("`{e}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if kind == "field" {
+            // serde reports an unknown key inside an internally tagged table with the span of
+            // the whole table; narrow it to the key itself.
+            if let Some(within) = span.clone() {
+                span = ctx.spans.key_named_within(&given, within).or(span);
+            }
+            let help = match suggestion {
+                Some(s) => format!("did you mean `{s}`?"),
+                None if expected.is_empty() => "remove this key".to_owned(),
+                None => format!("remove it, or use one of {list}"),
+            };
+            ("hetgen::spec::unknown-key", "unknown key", help)
+        } else {
+            let help = match suggestion {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("use one of {list}"),
+            };
+            ("hetgen::spec::unknown-value", "not a known value", help)
+        }
+    } else if let Some(caps) = MISSING.captures(&message) {
+        let help = format!("add `{} = …` here", &caps[1]);
+        ("hetgen::spec::missing-key", "in this table", help)
+    } else {
+        (
+            "hetgen::spec::wrong-type",
+            "here",
+            "see the spec reference in docs/spec.md, or the JSON Schema in schema/".to_owned(),
+        )
+    };
+    ctx.push(Severity::Error, code, span, message, label, help);
+}
+
+/// The offset of the first bracket that nests deeper than [`MAX_NESTING`], outside strings
+/// and comments. Table headers (`[a]`, `[[a]]`) open and close on one line, so they never count.
+fn too_deep(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            quote @ (b'"' | b'\'') => {
+                let triple = bytes[i..].starts_with(&[quote; 3]);
+                let close: &[u8] = if triple { &[quote; 3] } else { &[quote] };
+                i += close.len();
+                while i < bytes.len() && !bytes[i..].starts_with(close) {
+                    if !triple && bytes[i] == b'\n' {
+                        break;
+                    }
+                    // A basic string's backslash escapes the next byte, quotes included.
+                    i += if quote == b'"' && bytes[i] == b'\\' {
+                        2
+                    } else {
+                        1
+                    };
+                }
+                // Leave `i` on the last byte of the closing quote; the loop steps past it.
+                i += close.len() - 1;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_is_measured_outside_strings() {
+        let deep = format!("a = {}{}", "[".repeat(65), "]".repeat(65));
+        assert_eq!(too_deep(&deep), Some(4 + 64));
+        let quoted = format!("a = \"{}\"", "[".repeat(100));
+        assert_eq!(too_deep(&quoted), None);
+        let commented = format!("# {}\na = 1", "{".repeat(100));
+        assert_eq!(too_deep(&commented), None);
+        assert_eq!(too_deep("a = '''\n[[[\n'''"), None);
+    }
+}

@@ -1,0 +1,377 @@
+//! The resolved job: the spec with every default applied and every rule proven.
+//!
+//! This is what `render` turns into files and what the launcher reads back from `job.json`
+//! inside every instance, so it is `Serialize + Deserialize` and holds no `Option` that
+//! validation already settled.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::raw::{
+    Device, Distribution, ImageEncoding, InputMode, Model, OptimizerName, Precision, Role,
+    S3Distribution, ScheduleName,
+};
+
+/// Characters `hetgen deploy` appends to the job name unless `fixed_name` is set:
+/// `-YYYYMMDD-HHMMSS-xxxx`.
+pub const NAME_SUFFIX_LEN: usize = 21;
+
+/// The group name SageMaker gives the only group of a job without instance groups.
+pub const HOMOGENEOUS_GROUP: &str = "homogeneousCluster";
+
+/// A validated, resolved hetgen job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// The job's name (before any unique suffix).
+    pub name: String,
+    /// Whether `name` is used as the TrainingJobName without a suffix.
+    pub fixed_name: bool,
+    /// Seed for the epoch plan and per-sample randomness.
+    pub seed: u64,
+    /// Instance groups, in spec order.
+    pub groups: Vec<Group>,
+    /// Input channels, in spec order.
+    pub channels: Vec<Channel>,
+    /// The data pipeline.
+    pub pipeline: Pipeline,
+    /// The training loop.
+    pub trainer: Trainer,
+    /// How the job runs on SageMaker; `None` for a local-only job.
+    pub sagemaker: Option<SageMaker>,
+}
+
+impl Job {
+    /// The trainer group (validation proves there is exactly one).
+    pub fn trainer_group(&self) -> &Group {
+        self.groups
+            .iter()
+            .find(|g| g.role == Role::Trainer)
+            .expect("a resolved job has a trainer group")
+    }
+
+    /// The data groups, in spec order.
+    pub fn data_groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.iter().filter(|g| g.role == Role::Data)
+    }
+
+    /// Whether the trainer preprocesses its own data (no data group).
+    pub fn is_homogeneous(&self) -> bool {
+        self.data_groups().next().is_none()
+    }
+
+    /// The groups that run the pipeline: the data groups, or the trainer without them.
+    pub fn pipeline_groups(&self) -> Vec<&Group> {
+        if self.is_homogeneous() {
+            vec![self.trainer_group()]
+        } else {
+            self.data_groups().collect()
+        }
+    }
+}
+
+/// An instance group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// The group's name.
+    pub name: String,
+    /// SageMaker instance type.
+    pub instance_type: String,
+    /// Number of instances.
+    pub count: u32,
+    /// What the group does.
+    pub role: Role,
+    /// Distribution strategy, trainer group only.
+    pub distribution: Option<Distribution>,
+    /// vCPUs per instance, when the type is in the catalog.
+    pub vcpus: Option<u32>,
+    /// GPUs per instance, when the type is in the catalog.
+    pub gpus: Option<u32>,
+    /// USD per instance-hour: the spec's override, else the catalog's, when known.
+    pub price_per_hour: Option<f64>,
+}
+
+/// An input channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Channel {
+    /// Channel name.
+    pub name: String,
+    /// Where SageMaker reads it from (or a local path for a local-only job).
+    pub uri: String,
+    /// Local folder for `deploy --local`: `local_path`, else `uri` when it is not remote.
+    pub local_path: Option<String>,
+    /// Groups that receive it; empty when the job names no groups on channels.
+    pub instance_groups: Vec<String>,
+    /// How objects are spread over instances.
+    pub distribution: S3Distribution,
+    /// Input mode override.
+    pub input_mode: Option<InputMode>,
+    /// MIME type.
+    pub content_type: Option<String>,
+}
+
+/// The data pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pipeline {
+    /// Where samples come from.
+    pub source: Source,
+    /// Samples per batch.
+    pub batch_size: u32,
+    /// Samples per shard.
+    pub shard_size: u32,
+    /// Worker threads; `None` means the cores the process may use.
+    pub threads: Option<u32>,
+    /// Stages in order, defaults applied.
+    pub stages: Vec<Stage>,
+    /// `[height, width, channels]` of every sample the pipeline emits.
+    pub output_shape: [u32; 3],
+}
+
+/// Where samples come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "format", rename_all = "kebab-case")]
+pub enum Source {
+    /// Class sub-folders of images.
+    ImageFolder {
+        /// The channel holding them.
+        channel: String,
+    },
+    /// WebDataset tar shards.
+    TarShards {
+        /// The channel holding them.
+        channel: String,
+    },
+    /// Generated images.
+    Synthetic {
+        /// `[height, width, channels]`.
+        shape: [u32; 3],
+        /// Number of classes.
+        classes: u32,
+        /// Samples per epoch.
+        samples: u64,
+        /// Encoded form, if any.
+        encoding: Option<ImageEncoding>,
+    },
+}
+
+impl Source {
+    /// The channel the source reads, if any.
+    pub fn channel(&self) -> Option<&str> {
+        match self {
+            Source::ImageFolder { channel } | Source::TarShards { channel } => Some(channel),
+            Source::Synthetic { .. } => None,
+        }
+    }
+}
+
+/// One pipeline stage with its defaults applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Stage {
+    /// Decode JPEG/PNG.
+    Decode {
+        /// 1 or 3.
+        channels: u32,
+    },
+    /// Resize to `[height, width]`.
+    Resize {
+        /// `[height, width]`.
+        size: [u32; 2],
+    },
+    /// Central crop.
+    CenterCrop {
+        /// `[height, width]`.
+        size: [u32; 2],
+    },
+    /// Random crop then resize.
+    RandomResizedCrop {
+        /// `[height, width]`.
+        size: [u32; 2],
+        /// Area fraction range.
+        scale: [f64; 2],
+        /// Aspect ratio range.
+        ratio: [f64; 2],
+    },
+    /// Mirror left-right.
+    HorizontalFlip {
+        /// Probability.
+        p: f64,
+    },
+    /// Random colour changes.
+    ColorJitter {
+        /// Brightness strength.
+        brightness: f64,
+        /// Contrast strength.
+        contrast: f64,
+        /// Saturation strength.
+        saturation: f64,
+    },
+    /// Gaussian blur.
+    GaussianBlur {
+        /// Odd kernel size.
+        kernel: u32,
+        /// Sigma range.
+        sigma: [f64; 2],
+    },
+    /// Random rectangle erasing.
+    RandomErasing {
+        /// Probability.
+        p: f64,
+        /// Area fraction range.
+        scale: [f64; 2],
+        /// Aspect ratio range.
+        ratio: [f64; 2],
+        /// Fill value.
+        value: u8,
+    },
+    /// Per-channel normalisation, on the trainer's device.
+    Normalize {
+        /// Means.
+        mean: Vec<f64>,
+        /// Standard deviations.
+        std: Vec<f64>,
+    },
+    /// Float conversion, on the trainer's device.
+    ToTensor,
+    /// A stage registered in the launcher crate.
+    Custom {
+        /// Registered name.
+        name: String,
+        /// Parameters as JSON.
+        params: BTreeMap<String, serde_json::Value>,
+    },
+}
+
+/// The optimizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Optimizer {
+    /// Algorithm.
+    pub name: OptimizerName,
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum (SGD).
+    pub momentum: f64,
+    /// Weight decay.
+    pub weight_decay: f64,
+}
+
+/// The learning-rate schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Kind.
+    pub name: ScheduleName,
+    /// Warm-up steps.
+    pub warmup_steps: u64,
+    /// `step`: steps between decays.
+    pub step_size: Option<u64>,
+    /// `step`: decay factor.
+    pub gamma: f64,
+    /// `cosine`: final learning rate.
+    pub min_lr: f64,
+}
+
+/// How long training runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Length {
+    /// A number of optimizer steps.
+    Steps(u64),
+    /// A number of passes over the data.
+    Epochs(u32),
+}
+
+/// The training loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trainer {
+    /// Model.
+    pub model: Model,
+    /// Steps or epochs.
+    pub length: Length,
+    /// Classes predicted.
+    pub num_classes: u32,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Schedule.
+    pub lr_schedule: Schedule,
+    /// Precision.
+    pub precision: Precision,
+    /// Device.
+    pub device: Device,
+    /// Checkpoint interval in steps, if any.
+    pub checkpoint_every: Option<u64>,
+    /// Metrics line interval in steps.
+    pub log_every: u64,
+    /// Deterministic mode.
+    pub deterministic: bool,
+}
+
+/// A metric SageMaker scrapes from the logs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    /// Name.
+    pub name: String,
+    /// Regex whose first group is the value.
+    pub regex: String,
+}
+
+/// VPC placement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vpc {
+    /// Subnet ids.
+    pub subnets: Vec<String>,
+    /// Security group ids.
+    pub security_group_ids: Vec<String>,
+}
+
+/// How the job runs on SageMaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SageMaker {
+    /// Region.
+    pub region: String,
+    /// Execution role.
+    pub role_arn: String,
+    /// Training image.
+    pub image_uri: String,
+    /// Model output prefix.
+    pub output_path: String,
+    /// Job-wide input mode.
+    pub input_mode: InputMode,
+    /// Volume per instance, GB.
+    pub volume_gb: u32,
+    /// Max runtime, seconds.
+    pub max_runtime_s: u64,
+    /// Warm pool keep-alive, seconds.
+    pub keep_alive_s: Option<u64>,
+    /// User tags (hetgen's own are added at render).
+    pub tags: BTreeMap<String, String>,
+    /// Environment for every instance.
+    pub environment: BTreeMap<String, String>,
+    /// Hyperparameters as strings.
+    pub hyperparameters: BTreeMap<String, String>,
+    /// VPC, if any.
+    pub vpc: Option<Vpc>,
+    /// Inter-container traffic encryption.
+    pub inter_container_encryption: bool,
+    /// Checkpoint sync prefix.
+    pub checkpoint_uri: Option<String>,
+    /// Metric definitions: hetgen's, then the user's.
+    pub metrics: Vec<Metric>,
+}
+
+/// The metric definitions matching the trainer's per-step line, e.g.
+/// `hetgen-step step=120 loss=0.4312 step_ms=85.10 wait_ms=1.20 samples_per_s=3008.2`.
+pub fn builtin_metrics() -> Vec<Metric> {
+    const NUMBER: &str = r"([0-9.eE+-]+)";
+    [
+        ("train:loss", "loss"),
+        ("train:step_ms", "step_ms"),
+        ("train:wait_ms", "wait_ms"),
+        ("train:samples_per_s", "samples_per_s"),
+    ]
+    .into_iter()
+    .map(|(name, key)| Metric {
+        name: name.to_owned(),
+        regex: format!("hetgen-step.* {key}={NUMBER}"),
+    })
+    .collect()
+}

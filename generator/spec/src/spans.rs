@@ -1,0 +1,157 @@
+//! Finds the bytes of the user's file that a key path points at.
+//!
+//! Validation works on the plain typed spec and names a problem by its key path
+//! (`instance_group[1].count`). Like cargo, hetgen keeps the spanned TOML document beside the
+//! typed one and looks the span up by that path when it reports the problem, so the typed structs
+//! stay free of span wrappers.
+
+use std::ops::Range;
+
+use toml::Spanned;
+use toml::de::{DeArray, DeString, DeTable, DeValue};
+
+/// One step of a key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    /// A table key.
+    Key(String),
+    /// An array index.
+    Index(usize),
+}
+
+impl From<&str> for Seg {
+    fn from(key: &str) -> Self {
+        Seg::Key(key.to_owned())
+    }
+}
+
+impl From<usize> for Seg {
+    fn from(index: usize) -> Self {
+        Seg::Index(index)
+    }
+}
+
+/// A key path into the spec, e.g. `["instance_group", 1, "count"]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPath(pub Vec<Seg>);
+
+impl KeyPath {
+    /// The empty path: the document itself.
+    pub fn root() -> Self {
+        KeyPath(Vec::new())
+    }
+
+    /// This path with `seg` appended.
+    pub fn at(&self, seg: impl Into<Seg>) -> Self {
+        let mut segs = self.0.clone();
+        segs.push(seg.into());
+        KeyPath(segs)
+    }
+}
+
+/// Builds a [`KeyPath`] from keys and indices: `path!["instance_group", 1, "count"]`.
+#[macro_export]
+macro_rules! path {
+    ($($seg:expr),* $(,)?) => {
+        $crate::spans::KeyPath(vec![$($crate::spans::Seg::from($seg)),*])
+    };
+}
+
+impl std::fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, seg) in self.0.iter().enumerate() {
+            match seg {
+                Seg::Key(k) if i == 0 => write!(f, "{k}")?,
+                Seg::Key(k) => write!(f, ".{k}")?,
+                Seg::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The spanned document of one spec file.
+pub struct SpanIndex<'i> {
+    root: Option<Spanned<DeTable<'i>>>,
+}
+
+impl<'i> SpanIndex<'i> {
+    /// Parses `text`; a document that does not parse has no spans (its syntax error carries
+    /// its own).
+    pub fn new(text: &'i str) -> Self {
+        SpanIndex {
+            root: DeTable::parse(text).ok(),
+        }
+    }
+
+    /// The span of the value at `path`, or of the nearest enclosing value that exists (a missing
+    /// key is reported at its table).
+    pub fn value(&self, path: &KeyPath) -> Option<Range<usize>> {
+        self.find(path).map(|(_, value)| value)
+    }
+
+    /// The span of the key at `path` when it is a table key, else of the value.
+    pub fn key(&self, path: &KeyPath) -> Option<Range<usize>> {
+        self.find(path).map(|(key, value)| key.unwrap_or(value))
+    }
+
+    /// Inside `within`, the span of a key named `name` (used to point at an unknown key that
+    /// serde reported with the span of its whole table).
+    pub fn key_named_within(&self, name: &str, within: Range<usize>) -> Option<Range<usize>> {
+        let root = self.root.as_ref()?;
+        let mut found = None;
+        visit_table(root.get_ref(), &mut |key: &Spanned<_>| {
+            let span = key.span();
+            if found.is_none()
+                && key.get_ref() == name
+                && span.start >= within.start
+                && span.end <= within.end
+            {
+                found = Some(span);
+            }
+        });
+        found
+    }
+
+    fn find(&self, path: &KeyPath) -> Option<(Option<Range<usize>>, Range<usize>)> {
+        let root = self.root.as_ref()?;
+        let mut best = (None, root.span());
+        let mut table: Option<&DeTable<'i>> = Some(root.get_ref());
+        let mut array: Option<&DeArray<'i>> = None;
+        for seg in &path.0 {
+            let next = match seg {
+                Seg::Key(name) => table.and_then(|t| {
+                    t.iter()
+                        .find(|(k, _)| k.get_ref() == name.as_str())
+                        .map(|(k, v)| (Some(k.span()), v))
+                }),
+                Seg::Index(n) => array.and_then(|a| a.get(*n)).map(|v| (None, v)),
+            };
+            let Some((key_span, value)) = next else { break };
+            best = (key_span, value.span());
+            table = None;
+            array = None;
+            match value.get_ref() {
+                DeValue::Table(t) => table = Some(t),
+                DeValue::Array(a) => array = Some(a),
+                _ => {}
+            }
+        }
+        Some(best)
+    }
+}
+
+fn visit_table<'i>(table: &DeTable<'i>, f: &mut impl FnMut(&Spanned<DeString<'i>>)) {
+    for (key, value) in table.iter() {
+        f(key);
+        visit_value(value.get_ref(), f);
+    }
+}
+
+fn visit_value<'i>(value: &DeValue<'i>, f: &mut impl FnMut(&Spanned<DeString<'i>>)) {
+    match value {
+        DeValue::Table(t) => visit_table(t, f),
+        DeValue::Array(items) => items.iter().for_each(|v| visit_value(v.get_ref(), f)),
+        _ => {}
+    }
+}
