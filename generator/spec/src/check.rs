@@ -153,7 +153,13 @@ static TICKED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"`([^`]*)`").unwra
 /// Turns serde's first type error into a problem with a hint: "did you mean" for unknown keys
 /// and values, "add the key" for missing ones.
 fn schema_error(ctx: &mut Ctx<'_>, err: &toml::de::Error) {
-    let message = err.message().trim().to_owned();
+    // serde names Rust types; say what they are in TOML.
+    let message = err
+        .message()
+        .trim()
+        .replace("expected i64", "expected an integer")
+        .replace("expected f64", "expected a number")
+        .replace("expected u64", "expected an integer");
     let mut span = err.span();
     let (code, label, help) = if let Some(caps) = UNKNOWN.captures(&message) {
         let (kind, given) = (&caps[1], caps[2].to_owned());

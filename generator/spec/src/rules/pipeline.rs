@@ -241,6 +241,9 @@ impl Flow {
                 );
                 return None;
             }
+            // Mark the samples decoded even when this stage is wrong, so later stages are
+            // judged on their own.
+            self.encoded = false;
             let c = channels.unwrap_or(3);
             if c != 1 && c != 3 {
                 ctx.error(
@@ -252,7 +255,6 @@ impl Flow {
                 );
                 return None;
             }
-            self.encoded = false;
             self.channels = c as u32;
             // Decoded images keep their own size until a resize or crop fixes it.
             return Some(Stage::Decode { channels: c as u32 });

@@ -139,7 +139,14 @@ pub(super) fn sagemaker(
         .flatten()
         .map(|(k, v)| (k.clone(), hyper_string(v)))
         .collect();
-    ok &= check_hyperparameters(ctx, &hyperparameters);
+    // A distribution strategy adds the SDK's own hyperparameters (see hetgen-render).
+    let strategy = groups.iter().any(|g| g.distribution.is_some());
+    let reserved = if strategy {
+        1 + usize::from(groups.len() > 1)
+    } else {
+        0
+    };
+    ok &= check_hyperparameters(ctx, &hyperparameters, reserved);
     let metrics = metrics(ctx, sm);
     let vpc = sm.vpc.as_ref().map(|v| vpc(ctx, v));
 
@@ -304,22 +311,25 @@ fn hyper_string(value: &HyperValue) -> String {
     }
 }
 
-fn check_hyperparameters(ctx: &mut Ctx<'_>, hps: &BTreeMap<String, String>) -> bool {
+fn check_hyperparameters(
+    ctx: &mut Ctx<'_>,
+    hps: &BTreeMap<String, String>,
+    reserved: usize,
+) -> bool {
     let at = path!["sagemaker", "hyperparameters"];
     let mut ok = true;
-    if hps.len() > MAX_HYPERPARAMETERS {
+    if hps.len() + reserved > MAX_HYPERPARAMETERS {
         ok = false;
+        let limit = MAX_HYPERPARAMETERS - reserved;
         ctx.error(
             "hetgen::spec::too-many-hyperparameters",
             &at,
             format!(
-                "{} hyperparameters, SageMaker allows {MAX_HYPERPARAMETERS}",
+                "{} hyperparameters, SageMaker allows {limit} beside hetgen's {reserved}",
                 hps.len()
             ),
             "too many",
-            format!(
-                "keep at most {MAX_HYPERPARAMETERS}; pass the rest in a channel or config file"
-            ),
+            format!("keep at most {limit}; pass the rest in a channel or config file"),
         );
     }
     for (key, value) in hps {

@@ -1,0 +1,220 @@
+//! The spec contract: examples are valid, every invalid case fails for its own reason, the
+//! committed schema is current, and no input makes the checker panic.
+
+use std::path::{Path, PathBuf};
+
+use hetgen_spec::{Severity, check};
+use proptest::prelude::*;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn specs(dir: &str) -> Vec<(String, String)> {
+    let mut files: Vec<_> = std::fs::read_dir(repo().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| {
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_example_is_valid() {
+    let examples = specs("examples");
+    assert!(examples.len() >= 4, "the examples are missing");
+    for (name, text) in examples {
+        let checked = check(&name, &text);
+        let errors: Vec<_> = checked
+            .report
+            .problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+        assert!(checked.job.is_some(), "{name} did not resolve");
+    }
+}
+
+/// Each file in `examples/invalid/` is named for the problem it shows.
+#[test]
+fn every_invalid_case_reports_its_own_code() {
+    let cases = specs("examples/invalid");
+    assert!(
+        cases.len() >= 30,
+        "the invalid corpus has {} cases",
+        cases.len()
+    );
+    for (name, text) in cases {
+        let checked = check(&name, &text);
+        let report = &checked.report;
+        let codes: Vec<&str> = report.problems.iter().map(|p| p.code).collect();
+        let expected = match name.as_str() {
+            "unknown-op" => "hetgen::spec::unknown-value".to_owned(),
+            "hyperparameter-value" => "hetgen::spec::hyperparameter".to_owned(),
+            "many-errors" => {
+                assert!(report.errors() >= 4, "many-errors: {codes:?}");
+                continue;
+            }
+            warning if warning.starts_with("warn-") => {
+                assert!(checked.job.is_some(), "{name} should only warn: {codes:?}");
+                assert!(report.warnings() > 0);
+                format!("hetgen::spec::{}", &warning[5..])
+            }
+            _ => {
+                assert!(checked.job.is_none(), "{name} resolved despite errors");
+                format!("hetgen::spec::{name}")
+            }
+        };
+        assert!(
+            codes.contains(&expected.as_str()),
+            "{name}: expected {expected}, got {codes:?}"
+        );
+        for p in &report.problems {
+            assert!(p.span.is_some(), "{name}: `{}` has no location", p.code);
+            assert!(p.help.is_some(), "{name}: `{}` has no help", p.code);
+        }
+    }
+}
+
+#[test]
+fn problems_carry_line_and_column() {
+    let text = std::fs::read_to_string(repo().join("examples/invalid/instance-type.toml")).unwrap();
+    let report = check("instance-type.toml", &text).report;
+    let problem = &report.problems[0];
+    let (line, column) = problem.line_col().unwrap();
+    let line_text = text.lines().nth(line - 1).unwrap();
+    assert_eq!(&line_text[column - 1..], "\"ml.c5.9xlarg\"");
+    assert_eq!(
+        problem.help.as_deref().unwrap().split('?').next(),
+        Some("did you mean `ml.c5.9xlarge`")
+    );
+    let json = problem.to_json();
+    assert_eq!(json["line"], line);
+    assert_eq!(json["code"], "hetgen::spec::instance-type");
+}
+
+#[test]
+fn resolved_job_round_trips_through_json() {
+    for (name, text) in specs("examples") {
+        let job = check(&name, &text).job.unwrap();
+        let json = serde_json::to_string(&job).unwrap();
+        let back: hetgen_spec::Job = serde_json::from_str(&json).unwrap();
+        assert_eq!(job, back, "{name}");
+    }
+}
+
+#[test]
+fn committed_schema_is_current() {
+    let path = repo().join("schema/hetgen.schema.json");
+    let fresh = hetgen_spec::schema();
+    if std::env::var_os("HETGEN_UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == fresh,
+        "schema/hetgen.schema.json is stale: run `make schema` and commit it"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&fresh).unwrap();
+    let description = schema["properties"]["instance_group"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        description.contains("instance groups"),
+        "doc comments become descriptions"
+    );
+}
+
+/// Values that break naive code: huge, negative, non-finite, empty, long, odd unicode, nested.
+fn nasty_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("9223372036854775807".to_owned()),
+        Just("-9223372036854775808".to_owned()),
+        Just("-1".to_owned()),
+        Just("0".to_owned()),
+        Just("nan".to_owned()),
+        Just("-inf".to_owned()),
+        Just("1e308".to_owned()),
+        Just("\"\"".to_owned()),
+        Just("\"ä\u{200b}🦀\"".to_owned()),
+        Just(format!("\"{}\"", "x".repeat(5000))),
+        Just("[]".to_owned()),
+        Just("{}".to_owned()),
+        Just("[[[[1]]]]".to_owned()),
+        Just(format!("{}{}", "[".repeat(200), "]".repeat(200))),
+        Just("1979-05-27T07:32:00Z".to_owned()),
+        Just("true".to_owned()),
+        "[a-z_]{0,12}".prop_map(|s| format!("\"{s}\"")),
+        any::<i64>().prop_map(|i| i.to_string()),
+        any::<f64>().prop_map(|f| format!("{f:?}")),
+    ]
+}
+
+/// A mutation of a valid example: replace a value, drop or duplicate a line, or cut the file.
+fn mutated_spec() -> impl Strategy<Value = String> {
+    let examples: Vec<String> = specs("examples").into_iter().map(|(_, t)| t).collect();
+    (
+        0..examples.len(),
+        any::<prop::sample::Index>(),
+        0u8..4,
+        nasty_value(),
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(move |(which, line_index, kind, value, cut)| {
+            let text = &examples[which];
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            let i = line_index.index(lines.len());
+            match kind {
+                0 => {
+                    if let Some((key, _)) = lines[i].split_once(" = ") {
+                        lines[i] = format!("{key} = {value}");
+                    }
+                }
+                1 => {
+                    lines.remove(i);
+                }
+                2 => {
+                    let line = lines[i].clone();
+                    lines.insert(i, line);
+                }
+                _ => {
+                    let joined = lines.join("\n");
+                    let mut at = cut.index(joined.len().max(1));
+                    while !joined.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    return joined[..at].to_owned();
+                }
+            }
+            lines.join("\n")
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_text_never_panics(text in any::<String>()) {
+        let checked = check("fuzz.toml", &text);
+        prop_assert!(checked.job.is_none() || !checked.report.has_errors());
+    }
+
+    #[test]
+    fn mutated_specs_never_panic(text in mutated_spec()) {
+        let checked = check("fuzz.toml", &text);
+        // Every problem points somewhere real in the text.
+        for p in &checked.report.problems {
+            if let Some(span) = &p.span {
+                prop_assert!(span.start <= text.len());
+                let _ = p.line_col();
+            }
+        }
+        prop_assert_eq!(checked.job.is_some(), !checked.report.has_errors());
+    }
+}
