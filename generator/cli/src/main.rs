@@ -18,10 +18,10 @@ fn main() -> ExitCode {
         cli::Command::Schema => commands::schema::run(),
     };
     match result {
-        Ok(code) => code.into(),
+        Ok(code) => code,
         Err(failure) => {
             output::print_failure(&failure);
-            failure.exit_code().into()
+            failure.exit_code()
         }
     }
 }

@@ -203,7 +203,7 @@ fn duration(ctx: &mut Ctx<'_>, at: &KeyPath, text: &str, max: u64, what: &str) -
 }
 
 fn human(seconds: u64) -> String {
-    if seconds % 86_400 == 0 {
+    if seconds.is_multiple_of(86_400) {
         format!("{} days", seconds / 86_400)
     } else {
         format!("{} hours", seconds / 3_600)

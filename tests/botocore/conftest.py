@@ -1,0 +1,5 @@
+import pathlib
+import sys
+
+# The tests import the checker beside them.
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
