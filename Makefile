@@ -12,12 +12,13 @@ DEMO_DIR := build/demo
 build:
 	cargo build --locked -p hetgen
 
-## The whole test suite: formatting, lints, Rust tests, and the SageMaker API-model checks.
+## The whole test suite: formatting, lints, Rust tests (deploy against moto's SageMaker
+## emulator, started by the tests), and the SageMaker API-model checks.
 test: build
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
-	cargo test --locked --workspace
 	VENV="$$(scripts/python-env.sh)" && \
+	  HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" cargo test --locked --workspace && \
 	  HETGEN_BIN="$(HETGEN)" "$$VENV/bin/python" -m pytest tests/botocore -q
 
 ## The main job: scaffold a project, validate it and render the whole SageMaker job.

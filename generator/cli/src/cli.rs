@@ -21,6 +21,14 @@ pub enum Command {
     Render(RenderArgs),
     /// Create a new project with a commented hetgen.toml
     New(NewArgs),
+    /// Submit the rendered job to SageMaker (run `hetgen render` first)
+    Deploy(DeployArgs),
+    /// Show a training job's status
+    Status(StatusArgs),
+    /// Stop a training job (SageMaker sends SIGTERM to every instance)
+    Stop(StopArgs),
+    /// List recent training jobs that hetgen started
+    List(ListArgs),
     /// Print the JSON Schema of hetgen.toml
     Schema,
 }
@@ -77,4 +85,84 @@ pub enum Example {
     MnistHomogeneous,
     /// ml.p4d.24xlarge + 2 × ml.c5.18xlarge, ResNet-50
     Resnet50P4d,
+}
+
+/// How to reach AWS. Unset options fall back to the standard AWS environment and config files.
+#[derive(Debug, Args)]
+pub struct AwsArgs {
+    /// A named profile from the AWS config files
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// The AWS region (default: the spec's `[sagemaker] region`, else `AWS_REGION`)
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Send requests here instead of SageMaker (emulators, VPC endpoints); `AWS_ENDPOINT_URL`
+    /// works too
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+}
+
+impl AwsArgs {
+    pub fn connection(&self) -> hetgen_deploy::Connection {
+        hetgen_deploy::Connection {
+            profile: self.profile.clone(),
+            region: self.region.clone(),
+            endpoint_url: self.endpoint_url.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// The spec file
+    #[arg(default_value = "hetgen.toml")]
+    pub spec: PathBuf,
+    /// Folder `hetgen render` wrote to
+    #[arg(long, default_value = "build")]
+    pub out: PathBuf,
+    /// Use this TrainingJobName as it is, without a unique suffix
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Follow the job until it ends; exit 0 only if it completes
+    #[arg(long)]
+    pub wait: bool,
+    /// Seconds between status polls with --wait
+    #[arg(long, default_value_t = 30.0)]
+    pub poll_interval: f64,
+    /// Print the request instead of sending it
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The training job's name
+    pub job: String,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The training job's name
+    pub job: String,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// How many recent jobs to look at
+    #[arg(long, default_value_t = 50)]
+    pub max: i32,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    #[command(flatten)]
+    pub aws: AwsArgs,
 }

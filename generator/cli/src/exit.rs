@@ -11,6 +11,8 @@ pub mod code {
     pub const FAILURE: u8 = 1;
     /// The spec is invalid (EX_DATAERR).
     pub const INVALID_SPEC: u8 = 65;
+    /// AWS or environment configuration is missing or wrong (EX_CONFIG).
+    pub const CONFIG: u8 = 78;
 }
 
 /// A failed command.
@@ -43,6 +45,37 @@ pub enum Failure {
         help("run `hetgen render` to bring them up to date")
     )]
     Stale { dir: PathBuf, count: usize },
+    /// An AWS call failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Deploy(#[from] hetgen_deploy::DeployError),
+    /// The spec cannot be deployed to SageMaker.
+    #[error("`{}` has no `[sagemaker]` section", spec.display())]
+    #[diagnostic(
+        code(hetgen::deploy::no_sagemaker),
+        help("add `[sagemaker]` with `region`, `role_arn`, `image_uri` and `output_path`")
+    )]
+    NoSageMaker { spec: PathBuf },
+    /// `--name` is not a job name.
+    #[error("`{name}` is not a valid training job name")]
+    #[diagnostic(
+        code(hetgen::deploy::name),
+        help(
+            "use 1 to 63 letters, digits and hyphens, starting and ending with a letter or digit"
+        )
+    )]
+    BadJobName { name: String },
+    /// The job ended without completing.
+    #[error("training job `{name}` ended {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    #[diagnostic(
+        code(hetgen::deploy::job_failed),
+        help("see the job's logs in CloudWatch (/aws/sagemaker/TrainingJobs)")
+    )]
+    JobFailed {
+        name: String,
+        status: String,
+        reason: Option<String>,
+    },
     /// `hetgen new` would overwrite something.
     #[error("`{}` already exists", path.display())]
     #[diagnostic(
@@ -72,7 +105,8 @@ pub enum Failure {
 impl Failure {
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
-            Failure::InvalidSpec(_) => code::INVALID_SPEC,
+            Failure::InvalidSpec(_) | Failure::NoSageMaker { .. } => code::INVALID_SPEC,
+            Failure::Deploy(e) if e.is_configuration() => code::CONFIG,
             _ => code::FAILURE,
         })
     }

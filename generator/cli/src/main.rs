@@ -16,6 +16,10 @@ fn main() -> ExitCode {
         cli::Command::Render(args) => commands::render::run(&args),
         cli::Command::New(args) => commands::new::run(&args),
         cli::Command::Schema => commands::schema::run(),
+        cli::Command::Deploy(args) => commands::deploy::run(&args),
+        cli::Command::Status(args) => commands::jobs::status(&args),
+        cli::Command::Stop(args) => commands::jobs::stop(&args),
+        cli::Command::List(args) => commands::jobs::list(&args),
     };
     match result {
         Ok(code) => code,

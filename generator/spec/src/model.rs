@@ -20,6 +20,18 @@ pub const NAME_SUFFIX_LEN: usize = 21;
 /// The group name SageMaker gives the only group of a job without instance groups.
 pub const HOMOGENEOUS_GROUP: &str = "homogeneousCluster";
 
+/// `[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}`: alphanumerics, hyphens only between them.
+pub fn is_job_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
 /// A validated, resolved hetgen job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {

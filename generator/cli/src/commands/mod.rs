@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
+pub mod deploy;
+pub mod jobs;
 pub mod new;
 pub mod render;
 pub mod schema;
@@ -35,4 +37,13 @@ pub fn load(path: &Path) -> Result<(Job, Report), Failure> {
         Some(job) => Ok((job, checked.report)),
         None => Err(Failure::InvalidSpec(Box::new(checked.report))),
     }
+}
+
+/// Runs an AWS call on a small runtime of its own: only the AWS commands need async.
+pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a single-threaded tokio runtime starts")
+        .block_on(future)
 }

@@ -8,7 +8,7 @@ mod sagemaker;
 mod trainer;
 
 use crate::check::Ctx;
-use crate::model::{Job, NAME_SUFFIX_LEN};
+use crate::model::{Job, NAME_SUFFIX_LEN, is_job_name};
 use crate::path;
 use crate::raw::RawSpec;
 use crate::spans::KeyPath;
@@ -90,18 +90,6 @@ fn job_name(ctx: &mut Ctx<'_>, name: &str, fixed: bool) {
             format!("shorten it: {why}"),
         );
     }
-}
-
-/// `[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}`: alphanumerics, hyphens only between them.
-pub(crate) fn is_job_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
 }
 
 /// Checks `min <= value <= max` for an integer the user wrote; reports and returns `None`

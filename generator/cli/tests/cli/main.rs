@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
+mod aws;
+mod fixture;
+
+pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -20,11 +23,11 @@ fn hetgen(args: &[&str], cwd: &Path) -> Output {
         .unwrap()
 }
 
-fn code(out: &Output) -> i32 {
+pub fn code(out: &Output) -> i32 {
     out.status.code().unwrap()
 }
 
-fn stderr(out: &Output) -> String {
+pub fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).unwrap()
 }
 
@@ -35,7 +38,7 @@ fn invalid_specs_print_their_diagnostics() {
     settings.set_snapshot_path(repo().join("snapshots/validate"));
     settings.set_prepend_module_to_snapshot(false);
     settings.bind(|| {
-        insta::glob!("../../../examples/invalid", "*.toml", |path| {
+        insta::glob!("../../../../examples/invalid", "*.toml", |path| {
             let rel = format!(
                 "examples/invalid/{}",
                 path.file_name().unwrap().to_str().unwrap()

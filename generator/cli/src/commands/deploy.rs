@@ -1,0 +1,73 @@
+//! `hetgen deploy [SPEC]`: send what `hetgen render` wrote to SageMaker.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use hetgen_deploy::request::Request;
+use hetgen_deploy::{jobs, unique_name};
+
+use super::jobs::{Progress, print_transition};
+use super::render::{ensure_fresh, render_spec};
+use crate::cli::DeployArgs;
+use crate::exit::Failure;
+
+pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
+    let (job, rendered) = render_spec(&args.spec)?;
+    let Some(sm) = &job.sagemaker else {
+        return Err(Failure::NoSageMaker {
+            spec: args.spec.clone(),
+        });
+    };
+    // Deploy sends exactly the rendered request, so it must match the spec.
+    ensure_fresh(&rendered, &args.out)?;
+    let path = args
+        .out
+        .join(&rendered.dir)
+        .join("create-training-job.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| Failure::Read {
+        path: path.clone(),
+        hint: "run `hetgen render` first".to_owned(),
+        source,
+    })?;
+    let request = Request::parse(&text)?;
+
+    let name = match &args.name {
+        Some(name) if hetgen_spec::model::is_job_name(name) => name.clone(),
+        Some(name) => return Err(Failure::BadJobName { name: name.clone() }),
+        None if job.fixed_name => request.name().to_owned(),
+        None => unique_name(request.name(), SystemTime::now()),
+    };
+    let request = request.renamed(&name);
+    if args.dry_run {
+        println!("{}", request.as_json());
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    super::block_on(async {
+        let client = hetgen_deploy::connect(&args.aws.connection(), Some(&sm.region)).await?;
+        let arn = jobs::submit(&client, &request).await?;
+        println!("{arn}");
+        eprintln!("submitted training job `{name}`");
+        if !args.wait {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let progress = Progress::new(&name);
+        let interval = Duration::from_secs_f64(args.poll_interval.max(0.01));
+        let end = jobs::wait(&client, &name, interval, |t| {
+            progress.suspend(|| print_transition(t))
+        })
+        .await;
+        progress.finish();
+        let end = end?;
+        if end.status == "Completed" {
+            eprintln!("training job `{name}` completed");
+            Ok(ExitCode::SUCCESS)
+        } else {
+            Err(Failure::JobFailed {
+                name,
+                status: end.status,
+                reason: end.failure_reason,
+            })
+        }
+    })
+}

@@ -1,0 +1,131 @@
+//! `hetgen status JOB`, `hetgen stop JOB`, `hetgen list`.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use hetgen_deploy::{Transition, jobs};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::{Format, ListArgs, StatusArgs, StopArgs};
+use crate::exit::Failure;
+
+pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
+    let status = super::block_on(async {
+        let client = hetgen_deploy::connect(&args.aws.connection(), None).await?;
+        jobs::describe(&client, &args.job).await
+    })?;
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&status).expect("JSON serializes")
+        ),
+        Format::Human => {
+            let secondary = status
+                .secondary_status
+                .as_deref()
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
+            println!("{}: {}{secondary}", status.name, status.status);
+            for g in &status.instance_groups {
+                println!("  group {}: {} × {}", g.name, g.count, g.instance_type);
+            }
+            for c in &status.channels {
+                let to = if c.instance_groups.is_empty() {
+                    "all groups".to_owned()
+                } else {
+                    c.instance_groups.join(", ")
+                };
+                println!("  channel {}: {} → {to}", c.name, c.uri);
+            }
+            if let Some(reason) = &status.failure_reason {
+                println!("  failure: {reason}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stop(args: &StopArgs) -> Result<ExitCode, Failure> {
+    super::block_on(async {
+        let client = hetgen_deploy::connect(&args.aws.connection(), None).await?;
+        jobs::stop(&client, &args.job).await
+    })?;
+    eprintln!(
+        "stopping training job `{}`: every instance gets SIGTERM and 120 s to exit",
+        args.job
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
+    let jobs = super::block_on(async {
+        let client = hetgen_deploy::connect(&args.aws.connection(), None).await?;
+        jobs::list(&client, args.max).await
+    })?;
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&jobs).expect("JSON serializes")
+        ),
+        Format::Human => {
+            for j in &jobs {
+                println!(
+                    "{:<63}  {:<10}  {}",
+                    j.name,
+                    j.status,
+                    j.created.as_deref().unwrap_or("-")
+                );
+            }
+            if jobs.is_empty() {
+                eprintln!("no recent training jobs were started by hetgen");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A spinner on stderr while waiting, when stderr is a terminal.
+pub struct Progress(ProgressBar);
+
+impl Progress {
+    pub fn new(name: &str) -> Self {
+        let bar = if std::io::stderr().is_terminal() {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                .expect("the template is valid"),
+        );
+        bar.set_message(format!("waiting for `{name}`"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        Progress(bar)
+    }
+
+    pub fn suspend(&self, f: impl FnOnce()) {
+        self.0.suspend(f);
+    }
+
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// `  +0:05:12  InProgress · Training`
+pub fn print_transition(t: &Transition) {
+    let s = t.after.as_secs();
+    let secondary = t
+        .secondary_status
+        .as_deref()
+        .map(|s| format!(" · {s}"))
+        .unwrap_or_default();
+    eprintln!(
+        "  +{}:{:02}:{:02}  {}{secondary}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        t.status
+    );
+}

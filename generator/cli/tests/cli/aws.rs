@@ -1,0 +1,496 @@
+//! `hetgen deploy`, `status`, `stop` and `list` against moto's SageMaker emulator and a scripted
+//! endpoint. Nothing here reaches AWS: every endpoint is on 127.0.0.1 and the credentials are
+//! fake.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::fixture::Fixture;
+use super::{code, repo, stderr};
+
+/// moto's server, started for one test and killed when dropped.
+struct Moto {
+    child: Child,
+    url: String,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let binary = std::env::var("HETGEN_MOTO_SERVER")
+            .expect("set HETGEN_MOTO_SERVER to moto's `moto_server` (make test does)");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(binary)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        // Readiness: the port accepts connections (bounded: 30 s).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Moto {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `hetgen` with fake credentials and no access to the user's AWS configuration.
+fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env("AWS_CONFIG_FILE", "/nonexistent/hetgen-test/config")
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/hetgen-test/credentials",
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AWS_SESSION_TOKEN");
+    if credentials {
+        cmd.env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing");
+    } else {
+        cmd.env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY");
+    }
+    cmd.output().unwrap()
+}
+
+/// A project folder holding `example` as hetgen.toml, rendered into `build/`.
+fn rendered_project(example: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join("examples").join(example),
+        dir.path().join("hetgen.toml"),
+    )
+    .unwrap();
+    let out = aws(&["render"], dir.path(), true);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    dir
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn every_example_deploys_to_moto_with_its_groups_and_channels() {
+    let moto = Moto::start();
+    let mut names = Vec::new();
+    for example in [
+        "mnist-hetero.toml",
+        "mnist-homogeneous.toml",
+        "resnet50-p4d.toml",
+    ] {
+        let project = rendered_project(example);
+        let out = aws(
+            &["deploy", "--endpoint-url", &moto.url],
+            project.path(),
+            true,
+        );
+        assert_eq!(code(&out), 0, "{example}: {}", stderr(&out));
+        assert!(
+            stdout(&out).starts_with("arn:aws:sagemaker:us-east-1:"),
+            "{}",
+            stdout(&out)
+        );
+        let base = example.trim_end_matches(".toml");
+        let name = stderr(&out)
+            .split('`')
+            .nth(1)
+            .expect("the job name is printed")
+            .to_owned();
+        assert!(
+            name.starts_with(&format!("{base}-")) && name.len() == base.len() + 21,
+            "{name}"
+        );
+
+        let status = aws(
+            &[
+                "status",
+                &name,
+                "--format",
+                "json",
+                "--endpoint-url",
+                &moto.url,
+                "--region",
+                "us-east-1",
+            ],
+            project.path(),
+            true,
+        );
+        assert_eq!(code(&status), 0, "{}", stderr(&status));
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let request: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                project
+                    .path()
+                    .join(format!("build/{base}/create-training-job.json")),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let rendered_groups: Vec<_> = request["ResourceConfig"]["InstanceGroups"]
+            .as_array()
+            .map(|groups| {
+                groups
+                    .iter()
+                    .map(|g| {
+                        (
+                            g["InstanceGroupName"].clone(),
+                            g["InstanceType"].clone(),
+                            g["InstanceCount"].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|| {
+                vec![(
+                    "homogeneousCluster".into(),
+                    request["ResourceConfig"]["InstanceType"].clone(),
+                    request["ResourceConfig"]["InstanceCount"].clone(),
+                )]
+            });
+        let described: Vec<_> = status["instance_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["name"].clone(),
+                    g["instance_type"].clone(),
+                    g["count"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(described, rendered_groups, "{example}");
+        for (i, channel) in request["InputDataConfig"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            let s3 = &channel["DataSource"]["S3DataSource"];
+            assert_eq!(status["channels"][i]["name"], channel["ChannelName"]);
+            assert_eq!(status["channels"][i]["uri"], s3["S3Uri"]);
+            let groups = s3
+                .get("InstanceGroupNames")
+                .cloned()
+                .unwrap_or(serde_json::json!([]));
+            assert_eq!(
+                status["channels"][i]["instance_groups"], groups,
+                "{example}"
+            );
+        }
+        names.push(name);
+    }
+
+    let listed = aws(
+        &[
+            "list",
+            "--format",
+            "json",
+            "--endpoint-url",
+            &moto.url,
+            "--region",
+            "us-east-1",
+        ],
+        &repo(),
+        true,
+    );
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    for name in &names {
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|j| j["name"] == name.as_str()),
+            "{name} not listed: {listed}"
+        );
+    }
+}
+
+#[test]
+fn unknown_job_is_a_clear_error() {
+    let moto = Moto::start();
+    let out = aws(
+        &[
+            "status",
+            "no-such-job",
+            "--endpoint-url",
+            &moto.url,
+            "--region",
+            "us-east-1",
+        ],
+        &repo(),
+        true,
+    );
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("no training job named `no-such-job`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn missing_credentials_exit_78() {
+    let fixture = Fixture::start(&[("InProgress", "Starting", None)]);
+    let out = aws(
+        &[
+            "status",
+            "some-job",
+            "--endpoint-url",
+            &fixture.url,
+            "--region",
+            "us-east-1",
+        ],
+        &repo(),
+        false,
+    );
+    assert_eq!(code(&out), 78, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no AWS credentials found"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        fixture.calls().is_empty(),
+        "nothing is sent without credentials"
+    );
+}
+
+#[test]
+fn deploy_refuses_stale_or_missing_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join("examples/mnist-hetero.toml"),
+        dir.path().join("hetgen.toml"),
+    )
+    .unwrap();
+    let out = aws(&["deploy", "--dry-run"], dir.path(), true);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("run `hetgen render`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn dry_run_prints_the_request_with_a_unique_or_fixed_name() {
+    let project = rendered_project("mnist-hetero.toml");
+    let out = aws(&["deploy", "--dry-run"], project.path(), false);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let request: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = request["TrainingJobName"].as_str().unwrap();
+    assert!(
+        name.starts_with("mnist-hetero-2") && name.len() == "mnist-hetero".len() + 21,
+        "{name}"
+    );
+    assert_eq!(
+        request["ResourceConfig"]["InstanceGroups"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let out = aws(
+        &["deploy", "--dry-run", "--name", "exact-name"],
+        project.path(),
+        false,
+    );
+    let request: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(request["TrainingJobName"], "exact-name");
+    assert_eq!(
+        code(&aws(
+            &["deploy", "--dry-run", "--name", "bad_name"],
+            project.path(),
+            false
+        )),
+        1
+    );
+}
+
+#[test]
+fn wait_follows_transitions_to_completed() {
+    let fixture = Fixture::start(&[
+        ("InProgress", "Starting", None),
+        ("InProgress", "Starting", None),
+        ("InProgress", "Training", None),
+        ("Completed", "Completed", None),
+    ]);
+    let project = rendered_project("mnist-hetero.toml");
+    let out = aws(
+        &[
+            "deploy",
+            "--wait",
+            "--poll-interval",
+            "0.05",
+            "--endpoint-url",
+            &fixture.url,
+        ],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    let starting = err.find("InProgress · Starting").expect(&err);
+    let training = err.find("InProgress · Training").expect(&err);
+    let completed = err.find("Completed · Completed").expect(&err);
+    assert!(starting < training && training < completed, "{err}");
+    assert_eq!(
+        err.matches("InProgress · Starting").count(),
+        1,
+        "a state is shown once: {err}"
+    );
+    let calls = fixture.calls();
+    assert_eq!(calls[0], "CreateTrainingJob");
+    assert_eq!(
+        calls.iter().filter(|c| *c == "DescribeTrainingJob").count(),
+        4
+    );
+}
+
+#[test]
+fn wait_on_a_failed_job_exits_non_zero_with_the_reason() {
+    let fixture = Fixture::start(&[
+        ("InProgress", "Starting", None),
+        ("Failed", "Failed", Some("AlgorithmError: exit 1")),
+    ]);
+    let project = rendered_project("mnist-hetero.toml");
+    let out = aws(
+        &[
+            "deploy",
+            "--wait",
+            "--poll-interval",
+            "0.05",
+            "--endpoint-url",
+            &fixture.url,
+        ],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("ended Failed: AlgorithmError: exit 1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn stop_sends_stop_training_job() {
+    let fixture = Fixture::start(&[("Stopping", "Stopping", None)]);
+    let out = aws(
+        &[
+            "stop",
+            "fixture-job",
+            "--endpoint-url",
+            &fixture.url,
+            "--region",
+            "us-east-1",
+        ],
+        &repo(),
+        true,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fixture.calls(), ["StopTrainingJob"]);
+}
+
+#[test]
+fn service_errors_read_as_what_to_do() {
+    let project = rendered_project("mnist-hetero.toml");
+    let deploy = |fixture: &Fixture| {
+        aws(
+            &["deploy", "--endpoint-url", &fixture.url],
+            project.path(),
+            true,
+        )
+    };
+
+    let taken = Fixture::with_create_errors(&[], &[("ResourceInUse", "Job name already in use")]);
+    let out = deploy(&taken);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+
+    let denied = Fixture::with_create_errors(
+        &[],
+        &[(
+            "AccessDeniedException",
+            "not authorized to perform sagemaker:CreateTrainingJob",
+        )],
+    );
+    let out = deploy(&denied);
+    assert_eq!(code(&out), 78, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("access denied: not authorized"),
+        "{}",
+        stderr(&out)
+    );
+
+    let quota = Fixture::with_create_errors(
+        &[],
+        &[("ResourceLimitExceeded", "quota for ml.p3.2xlarge is 0")],
+    );
+    let out = deploy(&quota);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("resource limit exceeded: quota for ml.p3.2xlarge is 0"),
+        "{}",
+        stderr(&out)
+    );
+
+    let invalid = Fixture::with_create_errors(
+        &[],
+        &[("ValidationException", "1 validation error detected")],
+    );
+    let out = deploy(&invalid);
+    assert!(
+        stderr(&out).contains("SageMaker rejected the request: 1 validation error detected"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn throttling_is_retried_with_backoff() {
+    let fixture = Fixture::with_create_errors(
+        &[],
+        &[
+            ("ThrottlingException", "Rate exceeded"),
+            ("ThrottlingException", "Rate exceeded"),
+        ],
+    );
+    let project = rendered_project("mnist-hetero.toml");
+    let out = aws(
+        &["deploy", "--endpoint-url", &fixture.url],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(fixture.calls(), ["CreateTrainingJob"; 3]);
+}

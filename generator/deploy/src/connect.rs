@@ -1,0 +1,68 @@
+//! Building a SageMaker client the way the AWS CLI would.
+
+use aws_config::retry::RetryConfig;
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_sagemaker::Client;
+use aws_sdk_sagemaker::config::ProvideCredentials;
+
+use crate::DeployError;
+
+/// Where and as whom to connect. Unset fields fall back to the standard AWS environment
+/// (`AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL`, the config and credentials files, …).
+#[derive(Debug, Clone, Default)]
+pub struct Connection {
+    /// A named profile from the AWS config files.
+    pub profile: Option<String>,
+    /// The region; else the spec's, else the environment's.
+    pub region: Option<String>,
+    /// An endpoint to use instead of SageMaker's (an emulator, a VPC endpoint).
+    pub endpoint_url: Option<String>,
+}
+
+/// A client for `conn`, with credentials resolved up front so a missing credential is reported
+/// as such rather than as a failed request.
+pub async fn connect(conn: &Connection, spec_region: Option<&str>) -> Result<Client, DeployError> {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        // Throttling and transient faults are retried with exponential backoff.
+        .retry_config(RetryConfig::standard().with_max_attempts(6));
+    if let Some(profile) = &conn.profile {
+        loader = loader.profile_name(profile);
+    }
+    if let Some(region) = conn.region.as_deref().or(spec_region) {
+        loader = loader.region(Region::new(region.to_owned()));
+    }
+    if let Some(url) = &conn.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    let config = loader.load().await;
+    if config.region().is_none() {
+        return Err(DeployError::NoRegion);
+    }
+    let provider = config
+        .credentials_provider()
+        .ok_or(DeployError::NoCredentials {
+            detail: "no credential provider is configured".to_owned(),
+        })?;
+    provider
+        .provide_credentials()
+        .await
+        .map_err(|e| DeployError::NoCredentials {
+            detail: error_chain(&e),
+        })?;
+    Ok(Client::new(&config))
+}
+
+/// `e` and its sources, joined: the SDK's top-level messages alone rarely say why.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}

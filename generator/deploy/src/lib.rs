@@ -1,0 +1,24 @@
+//! # hetgen-deploy
+//!
+//! Talks to Amazon SageMaker: submits the rendered `create-training-job.json`, describes,
+//! stops and lists jobs, and follows a job to its end. The only crate that builds the AWS SDK.
+//!
+//! - [`connect`]: a client from the default credential chain, a profile, a region and an
+//!   optional endpoint (emulators, VPC endpoints).
+//! - [`request`]: the rendered JSON request turned into the SDK's call.
+//! - [`jobs`]: submit, describe, stop, list, wait.
+//! - [`DeployError`]: what went wrong, in words a user can act on.
+
+mod connect;
+mod error;
+pub mod jobs;
+pub mod request;
+mod suffix;
+
+pub use connect::{Connection, connect};
+pub use error::DeployError;
+pub use jobs::{JobStatus, Transition};
+pub use suffix::unique_name;
+
+/// The tag that marks jobs hetgen started (`hetgen list` filters on it).
+pub const VERSION_TAG: &str = "hetgen:version";
