@@ -29,6 +29,10 @@ pub enum Command {
     Stop(StopArgs),
     /// List recent training jobs that hetgen started
     List(ListArgs),
+    /// Size the cluster: vCPU:GPU ratio, GPU cap, the cheapest data groups that remove it
+    Plan(PlanArgs),
+    /// Compare two clusters' cost per step from measured step times
+    Compare(CompareArgs),
     /// Print the JSON Schema of hetgen.toml
     Schema,
 }
@@ -165,4 +169,48 @@ pub struct ListArgs {
     pub format: Format,
     #[command(flatten)]
     pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The spec file
+    #[arg(default_value = "hetgen.toml")]
+    pub spec: PathBuf,
+    /// vCPUs the pipeline needs to keep one GPU busy (from `hetgen profile` or a measurement)
+    #[arg(long)]
+    pub cpu_per_gpu: Option<f64>,
+    /// vCPUs of the trainer host kept for its own work (the training loop, the runtime)
+    #[arg(long, default_value_t = 0)]
+    pub reserve_vcpus: u32,
+    /// How many data-group options to show
+    #[arg(long, default_value_t = 5)]
+    pub options: usize,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline spec (usually the homogeneous one)
+    #[arg(long)]
+    pub baseline: PathBuf,
+    /// The baseline's measured mean step time, ms
+    #[arg(long)]
+    pub baseline_step_ms: f64,
+    /// The candidate spec (usually the heterogeneous one)
+    #[arg(long)]
+    pub candidate: PathBuf,
+    /// The candidate's measured mean step time, ms
+    #[arg(long)]
+    pub candidate_step_ms: f64,
+    /// The baseline cluster's $/h, overriding the catalog
+    #[arg(long)]
+    pub baseline_price: Option<f64>,
+    /// The candidate cluster's $/h, overriding the catalog
+    #[arg(long)]
+    pub candidate_price: Option<f64>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
 }

@@ -45,6 +45,10 @@ pub enum Failure {
         help("run `hetgen render` to bring them up to date")
     )]
     Stale { dir: PathBuf, count: usize },
+    /// Sizing arithmetic is missing a fact.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Plan(#[from] hetgen_plan::PlanError),
     /// An AWS call failed.
     #[error(transparent)]
     #[diagnostic(transparent)]

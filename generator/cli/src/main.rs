@@ -20,6 +20,8 @@ fn main() -> ExitCode {
         cli::Command::Status(args) => commands::jobs::status(&args),
         cli::Command::Stop(args) => commands::jobs::stop(&args),
         cli::Command::List(args) => commands::jobs::list(&args),
+        cli::Command::Plan(args) => commands::plan::plan(&args),
+        cli::Command::Compare(args) => commands::plan::compare(&args),
     };
     match result {
         Ok(code) => code,

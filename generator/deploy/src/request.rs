@@ -43,7 +43,7 @@ impl Request {
         Request(map)
     }
 
-    /// The region hetgen should use when none is given (not part of the request itself).
+    /// The request as pretty JSON (what `deploy --dry-run` prints).
     pub fn as_json(&self) -> String {
         serde_json::to_string_pretty(&self.0).expect("JSON serializes")
     }

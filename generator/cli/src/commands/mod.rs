@@ -3,6 +3,7 @@
 pub mod deploy;
 pub mod jobs;
 pub mod new;
+pub mod plan;
 pub mod render;
 pub mod schema;
 pub mod validate;

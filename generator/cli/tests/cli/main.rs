@@ -218,3 +218,61 @@ fn schema_prints_the_committed_schema() {
     let committed = std::fs::read_to_string(repo().join("schema/hetgen.schema.json")).unwrap();
     assert_eq!(String::from_utf8(out.stdout).unwrap(), committed);
 }
+
+#[test]
+fn plan_and_compare_report_as_json() {
+    let out = hetgen(
+        &[
+            "plan",
+            "examples/resnet50-p4d.toml",
+            "--cpu-per-gpu",
+            "20",
+            "--format",
+            "json",
+        ],
+        &repo(),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["gpus"], 8);
+    assert_eq!(plan["demand"]["gpu_cap"], 1.0);
+
+    let human = hetgen(
+        &["plan", "examples/resnet50-p4d.toml", "--cpu-per-gpu", "20"],
+        &repo(),
+    );
+    let table = String::from_utf8(human.stdout).unwrap();
+    assert!(
+        table.contains("predicted GPU utilisation cap: 100%"),
+        "{table}"
+    );
+
+    let out = hetgen(
+        &[
+            "compare",
+            "--baseline",
+            "examples/mnist-homogeneous.toml",
+            "--baseline-step-ms",
+            "200",
+            "--candidate",
+            "examples/mnist-hetero.toml",
+            "--candidate-step-ms",
+            "100",
+            "--format",
+            "json",
+        ],
+        &repo(),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["price_per_hour", "cost_per_step"] {
+        assert!(
+            c["baseline"][key].is_f64() && c["candidate"][key].is_f64(),
+            "{key}: {c}"
+        );
+    }
+    assert_eq!(c["speedup"], 2.0);
+    // ml.p3.2xlarge $3.825 against $3.825 + ml.c5.9xlarge $1.836 at half the step time.
+    let expected = 1.0 - (3.825 + 1.836) * 100.0 / (3.825 * 200.0);
+    assert!((c["improvement"].as_f64().unwrap() - expected).abs() < 1e-12);
+}

@@ -1,0 +1,299 @@
+//! # hetgen-plan
+//!
+//! The arithmetic behind "how many CPU instances should I add?" and "what did they buy?".
+//!
+//! - [`plan`]: per group and in total, vCPUs, GPUs, $/h and the vCPU:GPU ratio; given the vCPUs
+//!   the pipeline needs per GPU, the cluster's GPU utilisation cap and the cheapest data groups
+//!   from the catalog that lift it to 100%.
+//! - [`compare`]: two clusters' cost per step from measured step times.
+//!
+//! The model: a GPU is busy at most `available vCPUs / needed vCPUs` of the time, where
+//! `needed = cpu_per_gpu × GPUs` and `available` counts every data instance's vCPUs plus the
+//! trainer host's own, less what it keeps for its own work (`reserve_vcpus`). An 8-GPU,
+//! 96-vCPU host whose pipeline needs 20 vCPUs per GPU is capped at 96 / 160 = 60%.
+
+use hetgen_spec::model::Role;
+use hetgen_spec::{Catalog, Job};
+use serde::Serialize;
+
+/// A number hetgen cannot compute because a fact is missing.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum PlanError {
+    /// An instance type without a known price.
+    #[error("no price is known for `{instance_type}` (group `{group}`)")]
+    #[diagnostic(
+        code(hetgen::plan::no_price),
+        help("set `price_per_hour` on the group, or pass the cluster's price on the command line")
+    )]
+    NoPrice {
+        group: String,
+        instance_type: String,
+    },
+    /// An instance type without known vCPUs or GPUs.
+    #[error("hetgen's catalog does not know `{instance_type}` (group `{group}`)")]
+    #[diagnostic(
+        code(hetgen::plan::unknown_type),
+        help("sizing needs the type's vCPUs and GPUs; use a type from the catalog")
+    )]
+    UnknownType {
+        group: String,
+        instance_type: String,
+    },
+    /// A step time that is not a positive number.
+    #[error("step time `{0}` ms is not positive")]
+    #[diagnostic(
+        code(hetgen::plan::step_time),
+        help("give the measured mean step time in milliseconds")
+    )]
+    StepTime(f64),
+}
+
+/// One group's share of the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupPlan {
+    pub name: String,
+    pub role: Role,
+    pub instance_type: String,
+    pub count: u32,
+    pub vcpus: u32,
+    pub gpus: u32,
+    /// For all instances of the group; `None` when the price is unknown.
+    pub price_per_hour: Option<f64>,
+}
+
+/// The cluster's sizing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub groups: Vec<GroupPlan>,
+    pub vcpus: u32,
+    pub gpus: u32,
+    pub price_per_hour: Option<f64>,
+    /// All vCPUs per GPU; `None` without GPUs.
+    pub vcpu_per_gpu: Option<f64>,
+    /// Present with `cpu_per_gpu`.
+    pub demand: Option<Demand>,
+}
+
+/// What the pipeline needs against what the cluster has.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Demand {
+    pub cpu_per_gpu: f64,
+    pub reserve_vcpus: u32,
+    pub needed_vcpus: f64,
+    pub available_vcpus: f64,
+    /// Predicted GPU utilisation cap, 0–1.
+    pub gpu_cap: f64,
+    /// $/h per fully busy GPU-hour (`price / (GPUs × cap)`).
+    pub cost_per_busy_gpu_hour: Option<f64>,
+    /// The cheapest ways to add data instances to the trainer alone so the cap reaches 100%,
+    /// cheapest first.
+    pub options: Vec<DataOption>,
+}
+
+/// Adding `count` × `instance_type` as the data group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DataOption {
+    pub instance_type: String,
+    pub count: u32,
+    pub vcpus: u32,
+    /// The trainer plus these data instances.
+    pub cluster_price_per_hour: f64,
+    /// $/h per busy GPU-hour at the new cap (100%).
+    pub cost_per_busy_gpu_hour: f64,
+}
+
+/// Sizes `job`. With `cpu_per_gpu`, also the GPU cap and the cheapest data groups (up to
+/// `options`) that remove it.
+pub fn plan(
+    job: &Job,
+    catalog: &Catalog,
+    cpu_per_gpu: Option<f64>,
+    reserve_vcpus: u32,
+    options: usize,
+) -> Result<Plan, PlanError> {
+    let mut groups = Vec::new();
+    for g in &job.groups {
+        let (Some(vcpus), Some(gpus)) = (g.vcpus, g.gpus) else {
+            return Err(PlanError::UnknownType {
+                group: g.name.clone(),
+                instance_type: g.instance_type.clone(),
+            });
+        };
+        groups.push(GroupPlan {
+            name: g.name.clone(),
+            role: g.role,
+            instance_type: g.instance_type.clone(),
+            count: g.count,
+            vcpus: vcpus * g.count,
+            gpus: gpus * g.count,
+            price_per_hour: g.price_per_hour.map(|p| p * f64::from(g.count)),
+        });
+    }
+    let vcpus = groups.iter().map(|g| g.vcpus).sum();
+    let gpus: u32 = groups.iter().map(|g| g.gpus).sum();
+    let price_per_hour = groups.iter().map(|g| g.price_per_hour).sum::<Option<f64>>();
+    let vcpu_per_gpu = (gpus > 0).then(|| f64::from(vcpus) / f64::from(gpus));
+
+    let demand = match cpu_per_gpu {
+        Some(per_gpu) if gpus > 0 => {
+            let trainer = groups
+                .iter()
+                .find(|g| g.role == Role::Trainer)
+                .expect("a resolved job has a trainer group");
+            let trainer_own = f64::from(trainer.vcpus.saturating_sub(reserve_vcpus));
+            let data: f64 = groups
+                .iter()
+                .filter(|g| g.role == Role::Data)
+                .map(|g| f64::from(g.vcpus))
+                .sum();
+            let needed = per_gpu * f64::from(gpus);
+            let available = trainer_own + data;
+            let gpu_cap = cap(available, needed);
+            let busy_cost = price_per_hour.map(|p| p / (f64::from(gpus) * gpu_cap));
+            let deficit = (needed - trainer_own).max(0.0);
+            Some(Demand {
+                cpu_per_gpu: per_gpu,
+                reserve_vcpus,
+                needed_vcpus: needed,
+                available_vcpus: available,
+                gpu_cap,
+                cost_per_busy_gpu_hour: busy_cost,
+                options: data_options(catalog, trainer, deficit, gpus, options),
+            })
+        }
+        _ => None,
+    };
+    Ok(Plan {
+        groups,
+        vcpus,
+        gpus,
+        price_per_hour,
+        vcpu_per_gpu,
+        demand,
+    })
+}
+
+/// The share of time the GPUs can be busy: 1 when the vCPUs suffice.
+pub fn cap(available: f64, needed: f64) -> f64 {
+    if needed <= 0.0 {
+        1.0
+    } else {
+        (available / needed).clamp(0.0, 1.0)
+    }
+}
+
+/// For each priced CPU type in the catalog, the fewest instances that cover `deficit` vCPUs.
+fn data_options(
+    catalog: &Catalog,
+    trainer: &GroupPlan,
+    deficit: f64,
+    gpus: u32,
+    keep: usize,
+) -> Vec<DataOption> {
+    let Some(trainer_price) = trainer.price_per_hour else {
+        return Vec::new();
+    };
+    if deficit <= 0.0 {
+        return Vec::new();
+    }
+    let mut options: Vec<DataOption> = catalog
+        .instances
+        .iter()
+        .filter(|i| i.gpus == 0)
+        .filter_map(|i| {
+            let price = i.price_per_hour?;
+            let count = (deficit / f64::from(i.vcpus)).ceil() as u32;
+            let cluster = trainer_price + price * f64::from(count);
+            Some(DataOption {
+                instance_type: i.name.clone(),
+                count,
+                vcpus: i.vcpus * count,
+                cluster_price_per_hour: cluster,
+                cost_per_busy_gpu_hour: cluster / f64::from(gpus),
+            })
+        })
+        .collect();
+    options.sort_by(|a, b| {
+        a.cluster_price_per_hour
+            .total_cmp(&b.cluster_price_per_hour)
+            .then(a.count.cmp(&b.count))
+    });
+    options.truncate(keep);
+    options
+}
+
+/// One side of a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Side {
+    pub spec: String,
+    pub instances: u32,
+    pub price_per_hour: f64,
+    pub step_ms: f64,
+    pub cost_per_step: f64,
+}
+
+/// Candidate against baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub baseline: Side,
+    pub candidate: Side,
+    /// Baseline step time / candidate step time.
+    pub speedup: f64,
+    /// `1 − candidate cost per step / baseline cost per step`: 0.46 means 46% cheaper per step.
+    pub improvement: f64,
+}
+
+/// The cluster price of `job`: `price` when given, else the sum over its groups.
+pub fn cluster_price(job: &Job, price: Option<f64>) -> Result<f64, PlanError> {
+    if let Some(p) = price {
+        return Ok(p);
+    }
+    job.groups
+        .iter()
+        .map(|g| {
+            g.price_per_hour
+                .map(|p| p * f64::from(g.count))
+                .ok_or_else(|| PlanError::NoPrice {
+                    group: g.name.clone(),
+                    instance_type: g.instance_type.clone(),
+                })
+        })
+        .sum()
+}
+
+/// USD per step of a cluster costing `price_per_hour` that takes `step_ms` per step.
+pub fn cost_per_step(price_per_hour: f64, step_ms: f64) -> f64 {
+    price_per_hour * step_ms / 3_600_000.0
+}
+
+/// One side of [`compare`]: a spec's label, job, step time and optional price override.
+pub struct Run<'a> {
+    pub label: &'a str,
+    pub job: &'a Job,
+    pub step_ms: f64,
+    pub price: Option<f64>,
+}
+
+/// Compares two clusters by cost per step.
+pub fn compare(baseline: &Run<'_>, candidate: &Run<'_>) -> Result<Comparison, PlanError> {
+    let side = |run: &Run<'_>| -> Result<Side, PlanError> {
+        if !(run.step_ms.is_finite() && run.step_ms > 0.0) {
+            return Err(PlanError::StepTime(run.step_ms));
+        }
+        let price = cluster_price(run.job, run.price)?;
+        Ok(Side {
+            spec: run.label.to_owned(),
+            instances: run.job.groups.iter().map(|g| g.count).sum(),
+            price_per_hour: price,
+            step_ms: run.step_ms,
+            cost_per_step: cost_per_step(price, run.step_ms),
+        })
+    };
+    let (b, c) = (side(baseline)?, side(candidate)?);
+    Ok(Comparison {
+        speedup: b.step_ms / c.step_ms,
+        improvement: 1.0 - c.cost_per_step / b.cost_per_step,
+        baseline: b,
+        candidate: c,
+    })
+}

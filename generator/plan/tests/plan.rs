@@ -1,0 +1,184 @@
+//! Sizing and cost arithmetic on the figures DESIGN.md quotes.
+
+use hetgen_plan::{Run, cap, compare, cost_per_step, plan};
+use hetgen_spec::{Catalog, Job};
+
+fn job(groups: &str) -> Job {
+    let text = format!(
+        r#"
+version = 1
+[job]
+name = "sizing"
+{groups}
+[pipeline]
+source = {{ format = "synthetic", shape = [224, 224, 3], encoding = "jpeg" }}
+batch_size = 256
+stage = [{{ op = "decode" }}, {{ op = "random_resized_crop", size = [224, 224] }}]
+[trainer]
+model = "resnet50"
+steps = 100
+"#
+    );
+    let checked = hetgen_spec::check("sizing.toml", &text);
+    checked
+        .job
+        .unwrap_or_else(|| panic!("{:#?}", checked.report.problems))
+}
+
+const P4D: &str = r#"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.p4d.24xlarge"
+role = "trainer"
+"#;
+
+const TWO_C5: &str = r#"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.18xlarge"
+count = 2
+role = "data"
+"#;
+
+#[test]
+fn an_8_gpu_96_vcpu_host_needing_20_per_gpu_is_capped_at_60_percent() {
+    let p = plan(&job(P4D), Catalog::builtin(), Some(20.0), 0, 3).unwrap();
+    assert_eq!((p.vcpus, p.gpus), (96, 8));
+    assert_eq!(p.vcpu_per_gpu, Some(12.0));
+    let d = p.demand.unwrap();
+    assert_eq!(d.needed_vcpus, 160.0);
+    assert!((d.gpu_cap - 0.6).abs() < 1e-12);
+    assert!((d.cost_per_busy_gpu_hour.unwrap() - 37.688 / (8.0 * 0.6)).abs() < 1e-9);
+    // 64 missing vCPUs: four ml.c5.4xlarge ($0.816 each) are the cheapest, fewest-instance way.
+    let best = &d.options[0];
+    assert_eq!(
+        (best.instance_type.as_str(), best.count, best.vcpus),
+        ("ml.c5.4xlarge", 4, 64)
+    );
+    assert!((best.cluster_price_per_hour - (37.688 + 4.0 * 0.816)).abs() < 1e-9);
+    assert!(
+        d.options
+            .windows(2)
+            .all(|w| w[0].cluster_price_per_hour <= w[1].cluster_price_per_hour)
+    );
+}
+
+#[test]
+fn reserved_trainer_vcpus_lower_the_cap() {
+    let d = plan(&job(P4D), Catalog::builtin(), Some(20.0), 16, 3)
+        .unwrap()
+        .demand
+        .unwrap();
+    assert!((d.gpu_cap - 80.0 / 160.0).abs() < 1e-12);
+    assert_eq!(d.options[0].vcpus, 80);
+}
+
+#[test]
+fn two_c5_18xlarge_lift_the_cap_to_100_percent() {
+    let p = plan(
+        &job(&format!("{TWO_C5}{P4D}")),
+        Catalog::builtin(),
+        Some(20.0),
+        0,
+        3,
+    )
+    .unwrap();
+    assert_eq!(p.vcpus, 96 + 144);
+    assert!((p.price_per_hour.unwrap() - (37.688 + 2.0 * 3.672)).abs() < 1e-9);
+    let d = p.demand.unwrap();
+    assert_eq!(d.gpu_cap, 1.0);
+    assert_eq!(d.available_vcpus, 240.0);
+}
+
+#[test]
+fn cap_is_bounded() {
+    assert_eq!(cap(200.0, 100.0), 1.0);
+    assert_eq!(cap(0.0, 100.0), 0.0);
+    assert_eq!(cap(5.0, 0.0), 1.0);
+}
+
+#[test]
+fn design_example_cuts_cost_per_step_by_46_percent() {
+    let (homo, hetero) = (job(P4D), job(&format!("{TWO_C5}{P4D}")));
+    let c = compare(
+        &Run {
+            label: "homogeneous",
+            job: &homo,
+            step_ms: 192.0,
+            price: None,
+        },
+        &Run {
+            label: "hetero",
+            job: &hetero,
+            step_ms: 86.0,
+            price: None,
+        },
+    )
+    .unwrap();
+    assert!((c.baseline.cost_per_step - cost_per_step(37.688, 192.0)).abs() < 1e-15);
+    assert!((c.speedup - 192.0 / 86.0).abs() < 1e-12);
+    let expected = 1.0 - (45.032 * 86.0) / (37.688 * 192.0);
+    assert!((c.improvement - expected).abs() < 1e-12);
+    assert_eq!((c.improvement * 100.0).round(), 46.0);
+    assert_eq!(c.candidate.instances, 3);
+}
+
+#[test]
+fn price_overrides_and_missing_prices() {
+    let homo = job(P4D);
+    let c = compare(
+        &Run {
+            label: "a",
+            job: &homo,
+            step_ms: 100.0,
+            price: Some(10.0),
+        },
+        &Run {
+            label: "b",
+            job: &homo,
+            step_ms: 50.0,
+            price: Some(10.0),
+        },
+    )
+    .unwrap();
+    assert!((c.improvement - 0.5).abs() < 1e-12);
+    let unpriced = job(
+        "[[instance_group]]\nname = \"t\"\ninstance_type = \"ml.g5.8xlarge\"\nrole = \"trainer\"\n",
+    );
+    let err = compare(
+        &Run {
+            label: "a",
+            job: &unpriced,
+            step_ms: 100.0,
+            price: None,
+        },
+        &Run {
+            label: "b",
+            job: &homo,
+            step_ms: 50.0,
+            price: None,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no price is known for `ml.g5.8xlarge`")
+    );
+    assert!(
+        compare(
+            &Run {
+                label: "a",
+                job: &homo,
+                step_ms: 0.0,
+                price: None
+            },
+            &Run {
+                label: "b",
+                job: &homo,
+                step_ms: 50.0,
+                price: None
+            },
+        )
+        .is_err()
+    );
+}
