@@ -19,7 +19,7 @@ test: build
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	VENV="$$(scripts/python-env.sh)" && \
 	  HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" cargo test --locked --workspace && \
-	  HETGEN_BIN="$(HETGEN)" "$$VENV/bin/python" -m pytest tests/botocore -q
+	  HETGEN_BIN="$(HETGEN)" "$$VENV/bin/python" -m pytest tests/botocore -q -p no:cacheprovider
 
 ## The main job: scaffold a project, validate it and render the whole SageMaker job.
 demo: build

@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Creates (or reuses) the Python venv of the test suite and prints its path on stdout.
-# Idempotent: pip runs only when requirements/test.txt changed since the last install.
+# Creates or updates the Python venv of the test suite and prints its path on stdout, so that a
+# Makefile can say VENV="$(scripts/python-env.sh)"; what it did goes to stderr, in one line.
+# The venv lives outside the checkout (HETGEN_VENV, default ~/.cache/hetgen/venv) so that reruns
+# and CI's fresh clones reuse it, and pip runs only when requirements/test.txt changed: a stamp in
+# the venv records the sha256 of the requirements it last installed.
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${HETGEN_VENV:-$HOME/.cache/hetgen/venv}"
 requirements="$repo/requirements/test.txt"
 stamp="$venv/.hetgen-requirements.sha256"
 want="$(sha256sum "$requirements" | cut -d' ' -f1)"
 
-if [ ! -x "$venv/bin/python" ]; then
-  echo "python-env: creating $venv" >&2
-  python3 -m venv "$venv"
+# A venv whose interpreter no longer runs (its base Python moved or changed) is built anew, but a
+# folder that is not a venv is never cleared.
+made=""
+if ! "$venv/bin/python" -c '' 2>/dev/null; then
+  if [ -d "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv")" ]; then
+    echo "python-env: $venv exists and is not a venv; set HETGEN_VENV elsewhere" >&2
+    exit 1
+  fi
+  python3 -m venv --clear "$venv" >&2
+  made="created $venv, "
 fi
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "python-env: installing $(basename "$requirements")" >&2
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" >&2
-  echo "$want" > "$stamp"
+
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "python-env: ${made}requirements unchanged, pip skipped ($venv)" >&2
 else
-  echo "python-env: up to date" >&2
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" >&2
+  # Stamped only once pip succeeded, so a failed install is retried on the next run.
+  echo "$want" >"$stamp.tmp"
+  mv "$stamp.tmp" "$stamp"
+  echo "python-env: ${made}installed $(basename "$requirements") ($venv)" >&2
 fi
 echo "$venv"
