@@ -27,10 +27,9 @@ pub struct Checked {
 /// Parses and validates the spec `text`, read from `name` (used in messages only).
 pub fn check(name: &str, text: &str) -> Checked {
     let source = SpecSource::new(name, text);
-    let spans = SpanIndex::new(text);
     let mut ctx = Ctx {
         source: &source,
-        spans,
+        spans: SpanIndex::empty(),
         problems: Vec::new(),
     };
     let job = parse(&mut ctx, text).and_then(|raw| rules::resolve(&mut ctx, &raw));
@@ -111,7 +110,7 @@ impl Ctx<'_> {
     }
 }
 
-fn parse(ctx: &mut Ctx<'_>, text: &str) -> Option<RawSpec> {
+fn parse<'a>(ctx: &mut Ctx<'a>, text: &'a str) -> Option<RawSpec> {
     if let Some(offset) = too_deep(text) {
         ctx.push(
             Severity::Error,
@@ -123,16 +122,21 @@ fn parse(ctx: &mut Ctx<'_>, text: &str) -> Option<RawSpec> {
         );
         return None;
     }
-    if let Err(err) = toml::de::DeTable::parse(text) {
-        ctx.push(
-            Severity::Error,
-            "hetgen::spec::syntax",
-            err.span(),
-            format!("invalid TOML: {}", err.message()),
-            "here",
-            "fix the TOML syntax; see https://toml.io",
-        );
-        return None;
+    // The nesting guard runs before any parser touches the text; the spanned document then
+    // serves both the syntax check and every later span lookup.
+    match SpanIndex::parse(text) {
+        Ok(spans) => ctx.spans = spans,
+        Err(err) => {
+            ctx.push(
+                Severity::Error,
+                "hetgen::spec::syntax",
+                err.span(),
+                format!("invalid TOML: {}", err.message()),
+                "here",
+                "fix the TOML syntax; see https://toml.io",
+            );
+            return None;
+        }
     }
     match toml::from_str::<RawSpec>(text) {
         Ok(raw) => Some(raw),

@@ -76,12 +76,14 @@ pub struct SpanIndex<'i> {
 }
 
 impl<'i> SpanIndex<'i> {
-    /// Parses `text`; a document that does not parse has no spans (its syntax error carries
-    /// its own).
-    pub fn new(text: &'i str) -> Self {
-        SpanIndex {
-            root: DeTable::parse(text).ok(),
-        }
+    /// Parses `text` into its spanned document; the error is the TOML syntax error.
+    pub fn parse(text: &'i str) -> Result<Self, toml::de::Error> {
+        DeTable::parse(text).map(|root| SpanIndex { root: Some(root) })
+    }
+
+    /// An index without a document: every lookup finds nothing.
+    pub fn empty() -> Self {
+        SpanIndex { root: None }
     }
 
     /// The span of the value at `path`, or of the nearest enclosing value that exists (a missing

@@ -218,3 +218,15 @@ proptest! {
         prop_assert_eq!(checked.job.is_some(), !checked.report.has_errors());
     }
 }
+
+#[test]
+fn absurd_nesting_is_refused_before_any_parser_sees_it() {
+    let deep = format!(
+        "version = 1\nx = {}{}\n",
+        "[".repeat(200_000),
+        "]".repeat(200_000)
+    );
+    let report = check("deep.toml", &deep).report;
+    let codes: Vec<&str> = report.problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["hetgen::spec::too-deep"]);
+}

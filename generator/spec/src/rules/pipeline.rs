@@ -195,7 +195,7 @@ struct Flow {
     /// Known `[height, width]`, `None` while images may differ in size.
     size: Option<[u32; 2]>,
     channels: u32,
-    /// Index of the first stage that failed, so follow-on shape errors are not reported.
+    /// Whether a stage failed, so no follow-on shape error is reported at the end.
     broken: bool,
 }
 
