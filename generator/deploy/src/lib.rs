@@ -14,11 +14,13 @@ mod error;
 pub mod jobs;
 pub mod request;
 mod suffix;
+mod token;
 
 pub use connect::{Connection, connect};
 pub use error::DeployError;
 pub use jobs::{JobStatus, Transition};
 pub use suffix::unique_name;
+pub use token::job_token;
 
 /// The tag that marks jobs hetgen started (`hetgen list` filters on it).
 pub const VERSION_TAG: &str = "hetgen:version";

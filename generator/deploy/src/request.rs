@@ -43,6 +43,21 @@ impl Request {
         Request(map)
     }
 
+    /// The same request with `key=value` added to the job's Environment (every instance's).
+    ///
+    /// `deploy` uses it for the job token: a secret generated per submission must not sit in a
+    /// rendered file that may be committed.
+    pub fn with_environment(&self, key: &str, value: &str) -> Self {
+        let mut map = self.0.clone();
+        let environment = map
+            .entry("Environment".to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(environment) = environment {
+            environment.insert(key.to_owned(), Value::String(value.to_owned()));
+        }
+        Request(map)
+    }
+
     /// The request as pretty JSON (what `deploy --dry-run` prints).
     pub fn as_json(&self) -> String {
         serde_json::to_string_pretty(&self.0).expect("JSON serializes")
@@ -233,5 +248,22 @@ fn string_map(m: &Map<String, Value>, key: &str) -> Result<Vec<(String, String)>
             .map(|(k, v)| Ok((k.clone(), as_str(v)?.to_owned())))
             .collect(),
         Some(_) => Err(bad(&format!("`{key}` is not a map"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_is_added_without_touching_the_rest() {
+        let request =
+            Request::parse(r#"{"TrainingJobName": "a", "Environment": {"X": "1"}}"#).unwrap();
+        let with = request.with_environment("HETGEN_JOB_TOKEN", "t0k3n");
+        assert_eq!(with.0["Environment"]["X"], "1");
+        assert_eq!(with.0["Environment"]["HETGEN_JOB_TOKEN"], "t0k3n");
+        assert!(request.0["Environment"].get("HETGEN_JOB_TOKEN").is_none());
+        let bare = Request::parse(r#"{"TrainingJobName": "a"}"#).unwrap();
+        assert_eq!(bare.with_environment("K", "v").0["Environment"]["K"], "v");
     }
 }

@@ -1,0 +1,294 @@
+//! The SageMaker training environment, as one instance of a job sees it.
+//!
+//! SageMaker describes the cluster to every container through files under `/opt/ml` and the
+//! training toolkit mirrors them into `SM_*` variables. This crate reads the files (the source of
+//! truth; the variables are only used to override channel folders, as the toolkit allows) into
+//! typed values. The root is `SAGEMAKER_BASE_DIR` when set, as in the AWS training toolkit, so
+//! `hetgen deploy --local` can give every simulated host its own tree.
+//!
+//! Nothing here assumes which `algo-N` belongs to which group: SageMaker hands names out across
+//! groups in any order, so groups are looked up by name from `resourceconfig.json`.
+
+mod error;
+mod hosts;
+mod job_file;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use error::EnvError;
+pub use hosts::HostsFile;
+pub use job_file::{JobFile, load_job};
+
+/// Environment variable naming the root that stands for `/opt/ml`.
+pub const BASE_DIR_VAR: &str = "SAGEMAKER_BASE_DIR";
+/// Environment variable holding the job's shared secret for the data service.
+pub const TOKEN_VAR: &str = "HETGEN_JOB_TOKEN";
+/// Environment variable naming job.json (the Dockerfile sets it to `/opt/hetgen/job.json`).
+pub const JOB_FILE_VAR: &str = "HETGEN_JOB_FILE";
+/// Environment variable naming a hosts file consulted before DNS (`deploy --local`).
+pub const HOSTS_FILE_VAR: &str = "HETGEN_HOSTS_FILE";
+/// Port every data server listens on (the same on every host, as each host has its own address).
+pub const DATA_PORT_VAR: &str = "HETGEN_DATA_PORT";
+/// The default data service port.
+pub const DEFAULT_DATA_PORT: u16 = 16000;
+
+/// One instance group of `resourceconfig.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceGroup {
+    /// The group's name, as in the spec (or `homogeneousCluster`).
+    pub instance_group_name: String,
+    /// `ml.*` instance type.
+    pub instance_type: String,
+    /// Host names of the group, in no particular order.
+    pub hosts: Vec<String>,
+}
+
+/// `/opt/ml/input/config/resourceconfig.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceConfig {
+    /// This host's name, e.g. `algo-2`.
+    pub current_host: String,
+    /// This host's group. Jobs without instance groups may omit it: then it is
+    /// `homogeneousCluster`.
+    #[serde(default = "homogeneous")]
+    pub current_group_name: String,
+    /// This host's instance type (absent on some classic jobs).
+    #[serde(default)]
+    pub current_instance_type: String,
+    /// Every host of the job, sorted.
+    pub hosts: Vec<String>,
+    /// The groups; absent on classic jobs, where all hosts form `homogeneousCluster`.
+    #[serde(default)]
+    pub instance_groups: Vec<InstanceGroup>,
+    /// The network interface SageMaker set up.
+    #[serde(default)]
+    pub network_interface_name: String,
+}
+
+fn homogeneous() -> String {
+    hetgen_spec::model::HOMOGENEOUS_GROUP.to_owned()
+}
+
+impl ResourceConfig {
+    /// The groups, with the classic single-group form filled in.
+    pub fn groups(&self) -> Vec<InstanceGroup> {
+        if self.instance_groups.is_empty() {
+            vec![InstanceGroup {
+                instance_group_name: self.current_group_name.clone(),
+                instance_type: self.current_instance_type.clone(),
+                hosts: self.hosts.clone(),
+            }]
+        } else {
+            self.instance_groups.clone()
+        }
+    }
+
+    /// The hosts of group `name`, sorted (empty when there is no such group).
+    pub fn hosts_of(&self, name: &str) -> Vec<String> {
+        let mut hosts: Vec<String> = self
+            .groups()
+            .into_iter()
+            .filter(|g| g.instance_group_name == name)
+            .flat_map(|g| g.hosts)
+            .collect();
+        hosts.sort_by_key(|h| host_order(h));
+        hosts
+    }
+}
+
+/// Sort key that puts `algo-2` before `algo-10`.
+pub fn host_order(host: &str) -> (u64, String) {
+    let n = host
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX);
+    (n, host.to_owned())
+}
+
+/// One channel of `inputdataconfig.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ChannelConfig {
+    /// MIME type, if the channel declares one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// `File`, `Pipe` or `FastFile`.
+    #[serde(default)]
+    pub training_input_mode: String,
+    /// `FullyReplicated` or `ShardedByS3Key`.
+    #[serde(default, rename = "S3DistributionType")]
+    pub s3_distribution_type: String,
+    /// `None` or `RecordIO`.
+    #[serde(default)]
+    pub record_wrapper_type: String,
+}
+
+/// Where a job's files live on this instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    /// `/opt/ml` or `SAGEMAKER_BASE_DIR`.
+    pub base: PathBuf,
+}
+
+impl Paths {
+    /// `input/config/<name>`.
+    pub fn config(&self, name: &str) -> PathBuf {
+        self.base.join("input/config").join(name)
+    }
+    /// Where SageMaker mounts channel `name`.
+    pub fn channel(&self, name: &str) -> PathBuf {
+        self.base.join("input/data").join(name)
+    }
+    /// `SM_MODEL_DIR`: saved to the job's model artefact.
+    pub fn model_dir(&self) -> PathBuf {
+        self.base.join("model")
+    }
+    /// `SM_OUTPUT_DATA_DIR`: saved to output.tar.gz.
+    pub fn output_data_dir(&self) -> PathBuf {
+        self.base.join("output/data")
+    }
+    /// Where a failure reason goes; SageMaker shows it as the job's FailureReason.
+    pub fn failure_file(&self) -> PathBuf {
+        self.base.join("output/failure")
+    }
+    /// Checkpoints, synced to S3 when the job configures CheckpointConfig.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.base.join("checkpoints")
+    }
+}
+
+/// Everything an instance knows about the job it is part of.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// Where its files are.
+    pub paths: Paths,
+    /// The cluster.
+    pub resources: ResourceConfig,
+    /// Hyperparameters, as SageMaker delivers them (strings).
+    pub hyperparameters: BTreeMap<String, String>,
+    /// Channels delivered to this host, by name.
+    pub channels: BTreeMap<String, ChannelConfig>,
+    /// Local folder of every channel delivered to this host.
+    pub channel_dirs: BTreeMap<String, PathBuf>,
+}
+
+impl Env {
+    /// Read the environment of the current process.
+    pub fn load() -> Result<Env, EnvError> {
+        let base = std::env::var_os(BASE_DIR_VAR)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/opt/ml"));
+        Env::load_from(&base, |name| std::env::var(name).ok())
+    }
+
+    /// Read the environment rooted at `base`, with `var` standing for the process environment.
+    pub fn load_from(base: &Path, var: impl Fn(&str) -> Option<String>) -> Result<Env, EnvError> {
+        let paths = Paths {
+            base: base.to_owned(),
+        };
+        let resources: ResourceConfig = read_json(&paths.config("resourceconfig.json"), true)?
+            .expect("required files are present");
+        if !resources.hosts.contains(&resources.current_host) {
+            return Err(EnvError::Inconsistent {
+                path: paths.config("resourceconfig.json"),
+                message: format!(
+                    "current_host `{}` is not among hosts {:?}",
+                    resources.current_host, resources.hosts
+                ),
+            });
+        }
+        // SageMaker always writes these two, but a hand-made local tree may not: an absent
+        // file means none, a present but malformed one is an error.
+        let hyperparameters = read_hyperparameters(&paths.config("hyperparameters.json"))?;
+        let channels: BTreeMap<String, ChannelConfig> =
+            read_json(&paths.config("inputdataconfig.json"), false)?.unwrap_or_default();
+        let channel_dirs = channels
+            .keys()
+            .map(|name| {
+                let var_name = format!("SM_CHANNEL_{}", name.to_uppercase().replace('-', "_"));
+                let dir = var(&var_name)
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| paths.channel(name));
+                (name.clone(), dir)
+            })
+            .collect();
+        Ok(Env {
+            paths,
+            resources,
+            hyperparameters,
+            channels,
+            channel_dirs,
+        })
+    }
+
+    /// This host's name.
+    pub fn host(&self) -> &str {
+        &self.resources.current_host
+    }
+
+    /// This host's group.
+    pub fn group(&self) -> &str {
+        &self.resources.current_group_name
+    }
+
+    /// Whether the job has more than one instance group (`SM_IS_HETERO`).
+    pub fn is_hetero(&self) -> bool {
+        self.resources.groups().len() > 1
+    }
+}
+
+/// hyperparameters.json holds strings, but values written by hand or by other tools may be
+/// numbers or booleans: those are kept in their JSON spelling.
+fn read_hyperparameters(path: &Path) -> Result<BTreeMap<String, String>, EnvError> {
+    let raw: Option<BTreeMap<String, serde_json::Value>> = read_json(path, false)?;
+    Ok(raw
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => (k, s),
+            other => (k, other.to_string()),
+        })
+        .collect())
+}
+
+/// Read and parse a JSON file; `Ok(None)` when it is absent and not `required`.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    required: bool,
+) -> Result<Option<T>, EnvError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
+        Err(source) => {
+            return Err(EnvError::Read {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| EnvError::Malformed {
+            path: path.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })
+}
+
+/// Write `reason` where SageMaker looks for a failure reason, best effort: the caller is
+/// already failing and reports the reason on stderr as well.
+pub fn write_failure(paths: &Paths, reason: &str) {
+    let file = paths.failure_file();
+    if let Some(dir) = file.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(file, reason);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,129 @@
+use super::*;
+
+fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+const HETERO: &str = r#"{
+  "current_group_name": "dnn_group",
+  "current_host": "algo-1",
+  "current_instance_type": "ml.p3.2xlarge",
+  "hosts": ["algo-1", "algo-2", "algo-3"],
+  "instance_groups": [
+    {"hosts": ["algo-3", "algo-2"], "instance_group_name": "data_group", "instance_type": "ml.c5.xlarge"},
+    {"hosts": ["algo-1"], "instance_group_name": "dnn_group", "instance_type": "ml.p3.2xlarge"}
+  ],
+  "network_interface_name": "eth0"
+}"#;
+
+#[test]
+fn reads_a_heterogeneous_tree_in_any_host_order() {
+    let dir = tree(&[
+        ("input/config/resourceconfig.json", HETERO),
+        (
+            "input/config/hyperparameters.json",
+            r#"{"epochs": "3", "lr": 0.1}"#,
+        ),
+        (
+            "input/config/inputdataconfig.json",
+            r#"{"training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}"#,
+        ),
+    ]);
+    let env = Env::load_from(dir.path(), |_| None).unwrap();
+    assert_eq!(env.host(), "algo-1");
+    assert_eq!(env.group(), "dnn_group");
+    assert!(env.is_hetero());
+    assert_eq!(env.resources.hosts_of("data_group"), ["algo-2", "algo-3"]);
+    assert_eq!(env.hyperparameters["epochs"], "3");
+    assert_eq!(env.hyperparameters["lr"], "0.1");
+    assert_eq!(
+        env.channel_dirs["training"],
+        dir.path().join("input/data/training")
+    );
+    assert_eq!(env.paths.failure_file(), dir.path().join("output/failure"));
+}
+
+#[test]
+fn channel_folder_follows_sm_channel_variables() {
+    let dir = tree(&[
+        ("input/config/resourceconfig.json", HETERO),
+        ("input/config/inputdataconfig.json", r#"{"train-set": {}}"#),
+    ]);
+    let env = Env::load_from(dir.path(), |name| {
+        (name == "SM_CHANNEL_TRAIN_SET").then(|| "/data/x".to_owned())
+    })
+    .unwrap();
+    assert_eq!(env.channel_dirs["train-set"], PathBuf::from("/data/x"));
+    assert!(env.hyperparameters.is_empty());
+}
+
+#[test]
+fn classic_jobs_form_one_homogeneous_group() {
+    let dir = tree(&[(
+        "input/config/resourceconfig.json",
+        r#"{"current_host": "algo-2", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"}"#,
+    )]);
+    let env = Env::load_from(dir.path(), |_| None).unwrap();
+    assert_eq!(env.group(), "homogeneousCluster");
+    assert!(!env.is_hetero());
+    assert_eq!(
+        env.resources.hosts_of("homogeneousCluster"),
+        ["algo-1", "algo-2"]
+    );
+}
+
+#[test]
+fn errors_name_the_file_and_position() {
+    let missing = tempfile::tempdir().unwrap();
+    let err = Env::load_from(missing.path(), |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("resourceconfig.json") && err.contains("SAGEMAKER_BASE_DIR"),
+        "{err}"
+    );
+
+    let bad = tree(&[("input/config/resourceconfig.json", "{\n  \"hosts\": [1,\n")]);
+    let err = Env::load_from(bad.path(), |_| None).unwrap_err();
+    assert!(matches!(err, EnvError::Malformed { line: 2, .. }), "{err}");
+    assert!(err.to_string().contains("resourceconfig.json:2:"), "{err}");
+
+    let stranger = tree(&[(
+        "input/config/resourceconfig.json",
+        r#"{"current_host": "algo-9", "hosts": ["algo-1"]}"#,
+    )]);
+    let err = Env::load_from(stranger.path(), |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("algo-9"), "{err}");
+}
+
+#[test]
+fn hosts_file_lookup_and_errors() {
+    let dir = tree(&[(
+        "hosts.txt",
+        "# local cluster\n127.0.3.1 algo-1\n127.0.3.2 algo-2 extra\n",
+    )]);
+    let hosts = HostsFile::read(&dir.path().join("hosts.txt")).unwrap();
+    assert_eq!(hosts.lookup("algo-2"), Some("127.0.3.2".parse().unwrap()));
+    assert_eq!(hosts.lookup("extra"), Some("127.0.3.2".parse().unwrap()));
+    assert_eq!(hosts.lookup("algo-3"), None);
+    let bad = tree(&[("hosts.txt", "127.0.0.1 a\nnot-an-ip b\n")]);
+    let err = HostsFile::read(&bad.path().join("hosts.txt"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hosts.txt:2:1"), "{err}");
+}
+
+#[test]
+fn hosts_sort_numerically() {
+    let mut hosts = vec!["algo-10", "algo-2", "algo-1"];
+    hosts.sort_by_key(|h| host_order(h));
+    assert_eq!(hosts, ["algo-1", "algo-2", "algo-10"]);
+}

@@ -1,0 +1,472 @@
+//! The engine: a shard's sample ids in, batches out, on a pool sized to this process's cores.
+//!
+//! The spec's stages are compiled once into [`Op`]s. `decode` directly followed by
+//! `random_resized_crop` or `resize` becomes one fused op for JPEG input: the crop is drawn
+//! from the header's dimensions (the same draws as unfused), then only as much of the image is
+//! decoded as the output needs (DCT-domain 1/2, 1/4 or 1/8 scaling) and the crop is resized
+//! straight from that. `normalize` and `to_tensor` are skipped: the trainer applies them on its
+//! device, so batches travel as `u8`, a quarter of the bytes of `f32`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hetgen_spec::model::{Job, Stage as StageSpec};
+use rayon::prelude::*;
+
+use crate::codec::{self, Format};
+use crate::error::PipelineError;
+use crate::image::{Image, Payload};
+use crate::ops::{self, Rect};
+use crate::source::{self, Source};
+use crate::stage::{Stage, StageRegistry};
+use crate::{Batch, SampleRng};
+
+/// A compiled stage.
+enum Op {
+    Decode {
+        channels: u32,
+    },
+    /// `decode` + a resize of the whole image (`resize`) or of a random crop.
+    DecodeResize {
+        channels: u32,
+        size: [u32; 2],
+        crop: Option<([f64; 2], [f64; 2])>,
+    },
+    Resize {
+        size: [u32; 2],
+    },
+    CenterCrop {
+        size: [u32; 2],
+    },
+    RandomResizedCrop {
+        size: [u32; 2],
+        scale: [f64; 2],
+        ratio: [f64; 2],
+    },
+    Flip {
+        p: f64,
+    },
+    ColorJitter {
+        brightness: f64,
+        contrast: f64,
+        saturation: f64,
+    },
+    GaussianBlur {
+        kernel: u32,
+        sigma: [f64; 2],
+    },
+    RandomErasing {
+        p: f64,
+        scale: [f64; 2],
+        ratio: [f64; 2],
+        value: u8,
+    },
+    Custom(Box<dyn Stage>),
+}
+
+/// The pipeline of one job, ready to run.
+pub struct Engine {
+    source: Box<dyn Source>,
+    ops: Vec<(String, Op)>,
+    /// Nanoseconds spent per op, `source` first; summed over threads (CPU time).
+    nanos: Vec<AtomicU64>,
+    samples_done: AtomicU64,
+    seed: u64,
+    shape: [u32; 3],
+    pool: rayon::ThreadPool,
+    threads: usize,
+    busy: AtomicUsize,
+}
+
+/// The cores this process may use: std reads the affinity mask and the cgroup CPU quota.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+impl Engine {
+    /// Build the job's pipeline. Channel folders come from `channels` (name → folder);
+    /// `threads` defaults to [`available_cores`].
+    pub fn new(
+        job: &Job,
+        registry: &StageRegistry,
+        channels: &BTreeMap<String, PathBuf>,
+        threads: Option<usize>,
+    ) -> Result<Self, PipelineError> {
+        let source = source::open(&job.pipeline.source, job.seed, channels)?;
+        let ops = compile(&job.pipeline.stages, registry)?;
+        let threads = threads.unwrap_or_else(available_cores).max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("hetgen-pipeline-{i}"))
+            .build()
+            .map_err(|e| PipelineError::Pool(e.to_string()))?;
+        let nanos = (0..=ops.len()).map(|_| AtomicU64::new(0)).collect();
+        Ok(Self {
+            source,
+            ops,
+            nanos,
+            samples_done: AtomicU64::new(0),
+            seed: job.seed,
+            shape: job.pipeline.output_shape,
+            pool,
+            threads,
+            busy: AtomicUsize::new(0),
+        })
+    }
+
+    /// Samples per epoch of the source.
+    pub fn samples_per_epoch(&self) -> u64 {
+        self.source.len()
+    }
+
+    /// `[height, width, channels]` of every sample.
+    pub fn output_shape(&self) -> [u32; 3] {
+        self.shape
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Threads processing a sample right now.
+    pub fn busy_threads(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Samples finished since start.
+    pub fn samples_done(&self) -> u64 {
+        self.samples_done.load(Ordering::Relaxed)
+    }
+
+    /// CPU time spent per stage since start (`source` first, then the compiled ops in order).
+    pub fn stage_times(&self) -> Vec<(String, Duration)> {
+        std::iter::once("source".to_owned())
+            .chain(self.ops.iter().map(|(name, _)| name.clone()))
+            .zip(&self.nanos)
+            .map(|(name, n)| (name, Duration::from_nanos(n.load(Ordering::Relaxed))))
+            .collect()
+    }
+
+    /// Run sample `id` of `epoch` through every stage.
+    pub fn sample(&self, epoch: u32, id: u64) -> Result<(Image, i64), PipelineError> {
+        let samples = self.source.len();
+        if id >= samples {
+            return Err(PipelineError::UnknownSample {
+                sample: id,
+                samples,
+            });
+        }
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        let result = self.sample_inner(epoch, id);
+        self.busy.fetch_sub(1, Ordering::Relaxed);
+        if result.is_ok() {
+            self.samples_done.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn sample_inner(&self, epoch: u32, id: u64) -> Result<(Image, i64), PipelineError> {
+        let fail = |stage: &str, why: String| PipelineError::Sample {
+            sample: id,
+            stage: stage.to_owned(),
+            why,
+        };
+        let mut clock = Instant::now();
+        let mut lap = |slot: usize| {
+            let now = Instant::now();
+            self.nanos[slot].fetch_add((now - clock).as_nanos() as u64, Ordering::Relaxed);
+            clock = now;
+        };
+        let sample = self.source.read(id).map_err(|why| fail("source", why))?;
+        lap(0);
+        let mut rng = SampleRng::new(self.seed, epoch, id);
+        let mut payload = sample.payload;
+        for (i, (name, op)) in self.ops.iter().enumerate() {
+            payload = Payload::Pixels(apply(op, payload, &mut rng).map_err(|why| fail(name, why))?);
+            lap(i + 1);
+        }
+        match payload {
+            Payload::Pixels(image) if image.shape() == self.shape => Ok((image, sample.label)),
+            Payload::Pixels(image) => Err(PipelineError::Shape {
+                sample: id,
+                got: image.shape(),
+                want: self.shape,
+            }),
+            Payload::Encoded(_) => Err(fail(
+                "source",
+                "the sample is encoded but the pipeline has no decode stage".to_owned(),
+            )),
+        }
+    }
+
+    /// Turn `ids` (a shard's samples, in order) into batches of `batch_size`, calling `emit`
+    /// with each in order; stops early when `emit` returns `false`. Batch indices count from 0.
+    pub fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(Batch) -> bool,
+    ) -> Result<(), PipelineError> {
+        let sample_bytes = self.shape.iter().map(|d| *d as usize).product::<usize>();
+        for (index, chunk) in ids.chunks(batch_size.max(1) as usize).enumerate() {
+            let mut images = vec![0u8; chunk.len() * sample_bytes];
+            let mut labels = vec![0i64; chunk.len()];
+            self.pool.install(|| {
+                images
+                    .par_chunks_mut(sample_bytes.max(1))
+                    .zip(labels.par_iter_mut())
+                    .zip(chunk.par_iter())
+                    .try_for_each(|((pixels, label), id)| {
+                        let (image, l) = self.sample(epoch, *id)?;
+                        pixels.copy_from_slice(&image.data);
+                        *label = l;
+                        Ok::<(), PipelineError>(())
+                    })
+            })?;
+            let batch = Batch {
+                epoch,
+                shard,
+                index: index as u32,
+                sample_ids: chunk.to_vec(),
+                labels,
+                images,
+                shape: self.shape,
+            };
+            if !emit(batch) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn compile(
+    stages: &[StageSpec],
+    registry: &StageRegistry,
+) -> Result<Vec<(String, Op)>, PipelineError> {
+    let mut ops = Vec::new();
+    let mut i = 0;
+    while i < stages.len() {
+        let (name, op, used) = match (&stages[i], stages.get(i + 1)) {
+            (
+                StageSpec::Decode { channels },
+                Some(StageSpec::RandomResizedCrop { size, scale, ratio }),
+            ) => (
+                "decode+random_resized_crop".to_owned(),
+                Op::DecodeResize {
+                    channels: *channels,
+                    size: *size,
+                    crop: Some((*scale, *ratio)),
+                },
+                2,
+            ),
+            (StageSpec::Decode { channels }, Some(StageSpec::Resize { size })) => (
+                "decode+resize".to_owned(),
+                Op::DecodeResize {
+                    channels: *channels,
+                    size: *size,
+                    crop: None,
+                },
+                2,
+            ),
+            (stage, _) => match single(stage, registry)? {
+                Some((name, op)) => (name, op, 1),
+                None => {
+                    i += 1;
+                    continue;
+                }
+            },
+        };
+        ops.push((name, op));
+        i += used;
+    }
+    Ok(ops)
+}
+
+fn single(
+    stage: &StageSpec,
+    registry: &StageRegistry,
+) -> Result<Option<(String, Op)>, PipelineError> {
+    let named = |name: &str, op| Ok(Some((name.to_owned(), op)));
+    match stage {
+        StageSpec::Decode { channels } => named(
+            "decode",
+            Op::Decode {
+                channels: *channels,
+            },
+        ),
+        StageSpec::Resize { size } => named("resize", Op::Resize { size: *size }),
+        StageSpec::CenterCrop { size } => named("center_crop", Op::CenterCrop { size: *size }),
+        StageSpec::RandomResizedCrop { size, scale, ratio } => named(
+            "random_resized_crop",
+            Op::RandomResizedCrop {
+                size: *size,
+                scale: *scale,
+                ratio: *ratio,
+            },
+        ),
+        StageSpec::HorizontalFlip { p } => named("horizontal_flip", Op::Flip { p: *p }),
+        StageSpec::ColorJitter {
+            brightness,
+            contrast,
+            saturation,
+        } => named(
+            "color_jitter",
+            Op::ColorJitter {
+                brightness: *brightness,
+                contrast: *contrast,
+                saturation: *saturation,
+            },
+        ),
+        StageSpec::GaussianBlur { kernel, sigma } => named(
+            "gaussian_blur",
+            Op::GaussianBlur {
+                kernel: *kernel,
+                sigma: *sigma,
+            },
+        ),
+        StageSpec::RandomErasing {
+            p,
+            scale,
+            ratio,
+            value,
+        } => named(
+            "random_erasing",
+            Op::RandomErasing {
+                p: *p,
+                scale: *scale,
+                ratio: *ratio,
+                value: *value,
+            },
+        ),
+        // On the trainer's device.
+        StageSpec::Normalize { .. } | StageSpec::ToTensor => Ok(None),
+        StageSpec::Custom { name, params } => match registry.build(name, params) {
+            Some(Ok(stage)) => Ok(Some((name.clone(), Op::Custom(stage)))),
+            Some(Err(source)) => Err(PipelineError::StageParams {
+                name: name.clone(),
+                source,
+            }),
+            None => Err(PipelineError::UnknownStage {
+                name: name.clone(),
+                known: registry.names().join(", "),
+            }),
+        },
+    }
+}
+
+fn pixels(payload: Payload, what: &str) -> Result<Image, String> {
+    match payload {
+        Payload::Pixels(image) => Ok(image),
+        Payload::Encoded(_) => Err(format!("{what} needs pixels: put a decode stage first")),
+    }
+}
+
+fn apply(op: &Op, payload: Payload, rng: &mut SampleRng) -> Result<Image, String> {
+    Ok(match op {
+        Op::Decode { channels } => match payload {
+            Payload::Encoded(bytes) => codec::decode(&bytes, *channels)?,
+            // Synthetic pixels: nothing to decode.
+            Payload::Pixels(image) => image,
+        },
+        Op::DecodeResize {
+            channels,
+            size,
+            crop,
+        } => {
+            let (h, w) = (size[0], size[1]);
+            match payload {
+                Payload::Encoded(bytes) if codec::sniff(&bytes) == Some(Format::Jpeg) => {
+                    let (fw, fh) = codec::jpeg_dimensions(&bytes)?;
+                    let rect = match crop {
+                        Some((scale, ratio)) => {
+                            ops::random_resized_crop_rect(fh, fw, *scale, *ratio, rng)
+                        }
+                        None => Rect::full(fh, fw),
+                    };
+                    // Decode at the smallest scale that keeps the crop at least the output size.
+                    let need_w = (f64::from(w) * f64::from(fw) / rect.width).ceil() as u32;
+                    let need_h = (f64::from(h) * f64::from(fh) / rect.height).ceil() as u32;
+                    let (image, d) = codec::decode_jpeg_scaled(&bytes, *channels, need_w, need_h)?;
+                    let rect = clamp(rect.scaled(d), &image);
+                    ops::resize_region(&image, rect, h, w)?
+                }
+                payload => {
+                    let image = match payload {
+                        Payload::Encoded(bytes) => codec::decode(&bytes, *channels)?,
+                        Payload::Pixels(image) => image,
+                    };
+                    let rect = match crop {
+                        Some((scale, ratio)) => ops::random_resized_crop_rect(
+                            image.height,
+                            image.width,
+                            *scale,
+                            *ratio,
+                            rng,
+                        ),
+                        None => Rect::full(image.height, image.width),
+                    };
+                    ops::resize_region(&image, rect, h, w)?
+                }
+            }
+        }
+        Op::Resize { size } => ops::resize(&pixels(payload, "resize")?, *size)?,
+        Op::CenterCrop { size } => ops::center_crop(&pixels(payload, "center_crop")?, *size),
+        Op::RandomResizedCrop { size, scale, ratio } => {
+            let image = pixels(payload, "random_resized_crop")?;
+            let rect =
+                ops::random_resized_crop_rect(image.height, image.width, *scale, *ratio, rng);
+            ops::resize_region(&image, rect, size[0], size[1])?
+        }
+        Op::Flip { p } => {
+            let mut image = pixels(payload, "horizontal_flip")?;
+            if rng.chance(*p) {
+                ops::flip(&mut image);
+            }
+            image
+        }
+        Op::ColorJitter {
+            brightness,
+            contrast,
+            saturation,
+        } => {
+            let mut image = pixels(payload, "color_jitter")?;
+            ops::color_jitter(&mut image, *brightness, *contrast, *saturation, rng);
+            image
+        }
+        Op::GaussianBlur { kernel, sigma } => {
+            ops::gaussian_blur(&pixels(payload, "gaussian_blur")?, *kernel, *sigma, rng)
+        }
+        Op::RandomErasing {
+            p,
+            scale,
+            ratio,
+            value,
+        } => {
+            let mut image = pixels(payload, "random_erasing")?;
+            ops::random_erasing(&mut image, *p, *scale, *ratio, *value, rng);
+            image
+        }
+        Op::Custom(stage) => stage
+            .apply(pixels(payload, "a custom stage")?, rng)
+            .map_err(|e| e.to_string())?,
+    })
+}
+
+/// A scaled decode rounds the image size up; keep the scaled crop inside the pixels we have.
+fn clamp(rect: Rect, image: &Image) -> Rect {
+    let (h, w) = (f64::from(image.height), f64::from(image.width));
+    let height = rect.height.min(h);
+    let width = rect.width.min(w);
+    Rect {
+        top: rect.top.min(h - height),
+        left: rect.left.min(w - width),
+        height,
+        width,
+    }
+}

@@ -1,0 +1,109 @@
+//! The homogeneous input: the pipeline on the trainer's own cores, in plan order.
+//!
+//! A producer thread walks the same [`EpochPlan`]s the remote client does, shard by shard, and
+//! hands batches over a small bounded channel, so preprocessing of the next batches overlaps
+//! training on this one. Dropping the input stops the producer and joins it.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use crate::{Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, Position};
+
+/// Batches buffered ahead of the consumer.
+const AHEAD: usize = 2;
+
+/// A batch and the number of batches of its shard (for [`Position::advance`]).
+type Item = Result<(Batch, u32), BoxError>;
+
+/// [`BatchStream`] over an in-process [`Engine`].
+pub struct LocalInput {
+    rx: Option<Receiver<Item>>,
+    producer: Option<JoinHandle<()>>,
+    position: Position,
+}
+
+impl LocalInput {
+    /// Stream `config`'s epochs from `start` (the beginning when `None`).
+    pub fn new(engine: Arc<Engine>, config: InputConfig, start: Option<Position>) -> Self {
+        let start = start.unwrap_or_default();
+        let (tx, rx) = sync_channel(AHEAD);
+        let from = start.clone();
+        let producer = std::thread::Builder::new()
+            .name("hetgen-local-input".to_owned())
+            .spawn(move || produce(&engine, &config, &from, &tx))
+            .ok();
+        Self {
+            rx: Some(rx),
+            producer,
+            position: start,
+        }
+    }
+}
+
+fn produce(engine: &Engine, config: &InputConfig, start: &Position, tx: &SyncSender<Item>) {
+    let bs = config.batch_size.max(1);
+    let mut epoch = start.epoch;
+    while config.epochs.is_none_or(|n| epoch < n) {
+        let plan = EpochPlan::new(
+            config.seed,
+            epoch,
+            config.samples_per_epoch,
+            config.shard_size,
+            config.rank,
+            config.world,
+        );
+        for shard in &plan.shards {
+            let total = shard.batches(bs);
+            let skip = if epoch == start.epoch {
+                start.skip(shard.id)
+            } else {
+                Some(0)
+            };
+            let Some(skip) = skip else { continue };
+            let ids = &shard.sample_ids[(skip * bs) as usize..];
+            let mut open = true;
+            let result = engine.run_shard(epoch, shard.id, ids, bs, &mut |mut batch| {
+                batch.index += skip;
+                open = tx.send(Ok((batch, total))).is_ok();
+                open
+            });
+            if let Err(e) = result {
+                let _ = tx.send(Err(Box::new(e)));
+                return;
+            }
+            if !open {
+                return;
+            }
+        }
+        epoch += 1;
+    }
+}
+
+impl BatchStream for LocalInput {
+    fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
+        match self.rx.as_ref()?.recv().ok()? {
+            Ok((batch, total)) => {
+                self.position
+                    .advance(batch.epoch, batch.shard, batch.index, total);
+                Some(Ok(batch))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    fn position(&self) -> Position {
+        self.position.clone()
+    }
+}
+
+impl Drop for LocalInput {
+    fn drop(&mut self) {
+        // Closing the channel makes the producer's next send fail; it finishes at most the
+        // batch in progress and exits.
+        self.rx.take();
+        if let Some(producer) = self.producer.take() {
+            let _ = producer.join();
+        }
+    }
+}
