@@ -84,6 +84,16 @@ pub trait BatchStream: Send {
     fn position(&self) -> Position;
 }
 
+impl<S: BatchStream + ?Sized> BatchStream for Box<S> {
+    fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
+        (**self).next_batch()
+    }
+
+    fn position(&self) -> Position {
+        (**self).position()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

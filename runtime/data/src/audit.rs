@@ -1,0 +1,65 @@
+//! `HETGEN_AUDIT_FILE`: a record of every sample the trainer consumed, one `epoch sample_id`
+//! line each, so tests (and users auditing a run) can prove exactly-once delivery from outside.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use hetgen_pipeline::{Batch, BatchStream, BoxError, Position};
+
+/// The variable naming the audit file.
+pub const AUDIT_FILE_VAR: &str = "HETGEN_AUDIT_FILE";
+
+/// A [`BatchStream`] that appends every yielded sample to an audit file.
+pub struct Audited<S> {
+    inner: S,
+    out: BufWriter<File>,
+}
+
+impl<S: BatchStream> Audited<S> {
+    /// Append to `path` (created if needed; several processes may share it, each line is
+    /// written whole).
+    pub fn new(inner: S, path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            inner,
+            out: BufWriter::new(file),
+        })
+    }
+}
+
+/// Wrap `stream` when `HETGEN_AUDIT_FILE` is set.
+pub fn audit_from_env(stream: Box<dyn BatchStream>) -> std::io::Result<Box<dyn BatchStream>> {
+    match std::env::var_os(AUDIT_FILE_VAR) {
+        Some(path) => Ok(Box::new(Audited::new(stream, Path::new(&path))?)),
+        None => Ok(stream),
+    }
+}
+
+impl<S: BatchStream> BatchStream for Audited<S> {
+    fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
+        let next = self.inner.next_batch();
+        if let Some(Ok(batch)) = &next {
+            let mut lines = String::with_capacity(batch.len() * 12);
+            for id in &batch.sample_ids {
+                lines.push_str(&format!("{} {id}\n", batch.epoch));
+            }
+            // One write per batch, flushed at once: a killed trainer leaves whole lines only.
+            if let Err(e) = self
+                .out
+                .write_all(lines.as_bytes())
+                .and_then(|()| self.out.flush())
+            {
+                return Some(Err(format!("cannot append to the audit file: {e}").into()));
+            }
+        }
+        next
+    }
+
+    fn position(&self) -> Position {
+        self.inner.position()
+    }
+}

@@ -1,0 +1,173 @@
+//! Reaching the data hosts: name resolution and connection with backoff, then the handshake.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hetgen_env::HostsFile;
+use tonic::transport::Endpoint;
+
+use super::{ClientConfig, ClientError, Server, ServiceClient};
+use crate::auth::AttachToken;
+use crate::proto::data_service_client::DataServiceClient;
+use crate::proto::{DType, HandshakeRequest};
+use crate::{CONNECTION_WINDOW, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
+
+/// Resolve `host`: the hosts file of a local cluster first, then DNS (SageMaker's hosts).
+pub async fn resolve(hosts: &HostsFile, host: &str, port: u16) -> std::io::Result<SocketAddr> {
+    if let Some(ip) = hosts.lookup(host) {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("{host} has no address")))
+}
+
+pub(super) async fn connect_all(
+    hosts: &[(String, u16)],
+    shape: [u32; 3],
+    config: &ClientConfig,
+) -> Result<Vec<Server>, ClientError> {
+    let table = HostsFile::from_env().map_err(|e| ClientError::Mismatch {
+        host: hetgen_env::HOSTS_FILE_VAR.to_owned(),
+        message: e.to_string(),
+    })?;
+    let token = AttachToken::new(&config.token)?;
+    let tasks: Vec<_> = hosts
+        .iter()
+        .map(|(host, port)| {
+            let (host, port, table, token) = (host.clone(), *port, table.clone(), token.clone());
+            let config = config.clone();
+            tokio::spawn(async move { connect_one(&table, &host, port, token, &config).await })
+        })
+        .collect();
+    let mut servers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        servers.push(task.await.expect("connect task panicked")?);
+    }
+    for server in &servers {
+        check_schema(server, shape)?;
+        if server.info.samples_per_epoch != servers[0].info.samples_per_epoch {
+            return Err(ClientError::Mismatch {
+                host: server.host.clone(),
+                message: format!(
+                    "reports {} samples per epoch but {} reports {}: the hosts run different jobs",
+                    server.info.samples_per_epoch,
+                    servers[0].host,
+                    servers[0].info.samples_per_epoch
+                ),
+            });
+        }
+    }
+    Ok(servers)
+}
+
+fn check_schema(server: &Server, shape: [u32; 3]) -> Result<(), ClientError> {
+    let images = server.info.tensors.iter().find(|t| t.name == "images");
+    match images {
+        Some(t) if t.dtype == DType::DtypeUint8 as i32 && t.shape == shape => Ok(()),
+        Some(t) => Err(ClientError::Mismatch {
+            host: server.host.clone(),
+            message: format!(
+                "sends images of shape {:?} (dtype {}), the job expects {shape:?} uint8",
+                t.shape, t.dtype
+            ),
+        }),
+        None => Err(ClientError::Mismatch {
+            host: server.host.clone(),
+            message: "sends no `images` tensor".into(),
+        }),
+    }
+}
+
+async fn connect_one(
+    table: &HostsFile,
+    host: &str,
+    port: u16,
+    token: AttachToken,
+    config: &ClientConfig,
+) -> Result<Server, ClientError> {
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(50);
+    let mut last_error;
+    loop {
+        match try_connect(table, host, port, token.clone(), config).await {
+            Ok(server) => return Ok(server),
+            // A server that answers but refuses is not going to change its mind.
+            Err(Attempt::Refused(e)) => return Err(e),
+            Err(Attempt::NotYet(e)) => last_error = e,
+        }
+        if started.elapsed() >= config.connect_timeout {
+            return Err(ClientError::Unreachable {
+                host: host.to_owned(),
+                timeout: config.connect_timeout,
+                last_error,
+            });
+        }
+        tracing::debug!(%host, error = %last_error, "data host not reachable yet; retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+enum Attempt {
+    NotYet(String),
+    Refused(ClientError),
+}
+
+async fn try_connect(
+    table: &HostsFile,
+    host: &str,
+    port: u16,
+    token: AttachToken,
+    config: &ClientConfig,
+) -> Result<Server, Attempt> {
+    let address = resolve(table, host, port)
+        .await
+        .map_err(|e| Attempt::NotYet(format!("cannot resolve {host}: {e}")))?;
+    let endpoint = Endpoint::from_shared(format!("http://{address}"))
+        .expect("a socket address is a valid URI")
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| Attempt::NotYet(format!("cannot connect to {address}: {e}")))?;
+    let mut client: ServiceClient = DataServiceClient::with_interceptor(channel, token)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let request = HandshakeRequest {
+        protocol_version: PROTOCOL_VERSION,
+        trainer_id: config.trainer_id.clone(),
+    };
+    let info = match client.handshake(request).await {
+        Ok(response) => response.into_inner(),
+        Err(status) if status.code() == tonic::Code::Unavailable => {
+            return Err(Attempt::NotYet(status.message().to_owned()));
+        }
+        Err(status) => {
+            return Err(Attempt::Refused(ClientError::Handshake {
+                host: host.to_owned(),
+                status: format!("{:?}: {}", status.code(), status.message()),
+            }));
+        }
+    };
+    if info.protocol_version != PROTOCOL_VERSION {
+        return Err(Attempt::Refused(ClientError::Mismatch {
+            host: host.to_owned(),
+            message: format!(
+                "speaks protocol version {}, this trainer {PROTOCOL_VERSION}",
+                info.protocol_version
+            ),
+        }));
+    }
+    tracing::info!(%host, %address, cores = info.cores, credits = info.max_inflight_shards, "data server connected");
+    Ok(Server {
+        host: host.to_owned(),
+        address,
+        info,
+        client,
+    })
+}

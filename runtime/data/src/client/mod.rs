@@ -1,0 +1,258 @@
+//! The trainer's side of the data service.
+//!
+//! [`Client::connect`] reaches every data host (resolving names and connecting with backoff, as
+//! hosts of a SageMaker job start in any order) and handshakes with each. [`Client::stream`]
+//! starts the [`scheduler`] for one trainer rank and returns a [`RemoteStream`], the
+//! [`BatchStream`] the trainer consumes. [`Client::shutdown`] ends the job's data servers.
+
+mod connect;
+mod scheduler;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hetgen_pipeline::{Batch, BatchStream, BoxError, InputConfig, Position};
+use tonic::codegen::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::auth::AttachToken;
+use crate::proto::data_service_client::DataServiceClient;
+use crate::proto::{HandshakeResponse, ShutdownRequest};
+
+pub use connect::resolve;
+
+/// The generated client with the job token attached to every call.
+pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
+
+/// How the client behaves.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// This trainer's stable name, e.g. `algo-2/rank-0`.
+    pub trainer_id: String,
+    /// The job's token.
+    pub token: String,
+    /// How long to keep trying to reach a data host that does not answer yet.
+    pub connect_timeout: Duration,
+    /// A server that sends nothing for this long while it owes batches is treated as failed.
+    pub stall_timeout: Duration,
+    /// Interval of heartbeats (the servers' watchdogs count them as trainer activity).
+    pub heartbeat: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults: 10 minutes to connect (instances boot at different speeds), 60 s stall
+    /// timeout, a heartbeat per second.
+    pub fn new(trainer_id: String, token: String) -> Self {
+        Self {
+            trainer_id,
+            token,
+            connect_timeout: Duration::from_secs(600),
+            stall_timeout: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why the client failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The job token is unusable.
+    #[error(transparent)]
+    Token(#[from] crate::auth::TokenError),
+    /// No data host was given.
+    #[error("no data hosts to connect to: the job has no data group hosts in resourceconfig.json")]
+    NoHosts,
+    /// A host never answered.
+    #[error("data host {host} could not be reached within {timeout:?}: {last_error}")]
+    Unreachable {
+        /// The host.
+        host: String,
+        /// How long it was tried.
+        timeout: Duration,
+        /// The last error seen.
+        last_error: String,
+    },
+    /// A host refused the handshake.
+    #[error("data host {host} refused the handshake: {status}")]
+    Handshake {
+        /// The host.
+        host: String,
+        /// What it said.
+        status: String,
+    },
+    /// Hosts disagree with each other or with the job.
+    #[error("data host {host}: {message}")]
+    Mismatch {
+        /// The host.
+        host: String,
+        /// What differs.
+        message: String,
+    },
+    /// Every data server failed while the epoch still had shards.
+    #[error("every data server failed; last error: {0}")]
+    AllServersFailed(String),
+    /// The async runtime could not start.
+    #[error("cannot start the client's runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// One connected data server.
+#[derive(Clone)]
+pub struct Server {
+    /// Its host name.
+    pub host: String,
+    /// The address it was reached at.
+    pub address: SocketAddr,
+    /// What it said in the handshake.
+    pub info: HandshakeResponse,
+    pub(crate) client: ServiceClient,
+}
+
+/// Connections to all data servers of a job.
+pub struct Client {
+    runtime: Arc<tokio::runtime::Runtime>,
+    servers: Vec<Server>,
+    config: ClientConfig,
+}
+
+impl Client {
+    /// Connect to `hosts` (name, port), expecting samples of `shape` (`[h, w, c]`).
+    pub fn connect(
+        hosts: &[(String, u16)],
+        shape: [u32; 3],
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        if hosts.is_empty() {
+            return Err(ClientError::NoHosts);
+        }
+        let runtime = Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("hetgen-client")
+                .enable_all()
+                .build()?,
+        );
+        let servers = runtime.block_on(connect::connect_all(hosts, shape, &config))?;
+        Ok(Client {
+            runtime,
+            servers,
+            config,
+        })
+    }
+
+    /// The connected servers.
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    /// Samples per epoch of the job's source, as every server reported it.
+    pub fn samples_per_epoch(&self) -> u64 {
+        self.servers[0].info.samples_per_epoch
+    }
+
+    /// Start streaming for one trainer rank, after `start` when resuming.
+    pub fn stream(&self, input: InputConfig, start: Option<Position>) -> RemoteStream {
+        let (tx, rx) = tokio::sync::mpsc::channel(2 * self.servers.len() + 2);
+        let scheduler = scheduler::Scheduler::new(
+            self.servers.clone(),
+            self.config.clone(),
+            input,
+            start.clone().unwrap_or_default(),
+            tx,
+        );
+        let task = self.runtime.spawn(scheduler.run());
+        RemoteStream {
+            rx,
+            position: start.unwrap_or_default(),
+            task,
+            _runtime: self.runtime.clone(),
+            finished: false,
+        }
+    }
+
+    /// Tell every server the job is over; returns the hosts that could not be told, with why.
+    pub fn shutdown(&self, reason: &str) -> Vec<(String, String)> {
+        let servers = self.servers.clone();
+        let reason = reason.to_owned();
+        self.runtime.block_on(async move {
+            let calls = servers.into_iter().map(|server| {
+                let reason = reason.clone();
+                async move {
+                    let mut client = server.client.clone();
+                    let call = client.shutdown(ShutdownRequest { reason });
+                    match tokio::time::timeout(Duration::from_secs(2), call).await {
+                        Ok(Ok(_)) => None,
+                        Ok(Err(status)) => Some((server.host, status.message().to_owned())),
+                        Err(_) => Some((server.host, "no answer within 2 s".to_owned())),
+                    }
+                }
+            });
+            futures_join(calls).await.into_iter().flatten().collect()
+        })
+    }
+}
+
+/// Await futures concurrently (a tiny `join_all`, to avoid a dependency for one call).
+async fn futures_join<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        // A task only fails by panicking; its host then counts as not told.
+        if let Ok(output) = handle.await {
+            out.push(output);
+        }
+    }
+    out
+}
+
+/// What the scheduler hands the consumer: a batch and how many batches its shard has.
+pub(crate) type Delivery = Result<(Batch, u32), ClientError>;
+
+/// The batches of one trainer rank, from the data servers, exactly once per epoch.
+pub struct RemoteStream {
+    rx: tokio::sync::mpsc::Receiver<Delivery>,
+    position: Position,
+    task: tokio::task::JoinHandle<()>,
+    _runtime: Arc<tokio::runtime::Runtime>,
+    finished: bool,
+}
+
+impl BatchStream for RemoteStream {
+    fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
+        if self.finished {
+            return None;
+        }
+        match self.rx.blocking_recv() {
+            Some(Ok((batch, batches))) => {
+                self.position
+                    .advance(batch.epoch, batch.shard, batch.index, batches);
+                Some(Ok(batch))
+            }
+            Some(Err(e)) => {
+                self.finished = true;
+                Some(Err(Box::new(e)))
+            }
+            // The scheduler ends by dropping the sender: after the last epoch, or after it
+            // reported an error (returned above).
+            None => {
+                self.finished = true;
+                None
+            }
+        }
+    }
+
+    fn position(&self) -> Position {
+        self.position.clone()
+    }
+}
+
+impl Drop for RemoteStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

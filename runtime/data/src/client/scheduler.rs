@@ -1,0 +1,495 @@
+//! The epoch plan, executed against the data servers.
+//!
+//! Per epoch the scheduler rebuilds the rank's [`EpochPlan`] and keeps, per shard, how many of
+//! its batches were *received* (a contiguous prefix: servers stream a shard's batches in order)
+//! and *yielded*. Shards go to the live server with the most free credits, so a faster server,
+//! returning credits sooner, gets more. When a server fails or stalls, each of its unfinished
+//! shards goes back to the front of the queue asking only for the batches not yet received, and
+//! anything a dead server still sends is dropped as a duplicate; together: exactly once.
+//! In deterministic mode batches are yielded in plan order whoever produced them, and no shard
+//! is started more than a window ahead of the one being yielded, which bounds the buffer.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hetgen_pipeline::{Batch, EpochPlan, InputConfig, Position};
+use tokio::sync::mpsc;
+
+use super::{ClientConfig, ClientError, Delivery, Server};
+use crate::checksum::batch_checksum;
+use crate::proto::{AckRequest, HeartbeatRequest, ShardRequest};
+
+enum Event {
+    Batch {
+        shard: usize,
+        index: u32,
+        batch: Batch,
+    },
+    Ended {
+        server: usize,
+        shard: usize,
+    },
+    Failed {
+        server: usize,
+        shard: usize,
+        error: String,
+        fatal: bool,
+    },
+}
+
+struct Slot {
+    server: Server,
+    alive: bool,
+    inflight: u32,
+}
+
+struct ShardState {
+    id: u32,
+    ids: Arc<Vec<u64>>,
+    total: u32,
+    received: u32,
+    yielded: u32,
+    buffer: BTreeMap<u32, Batch>,
+}
+
+pub(super) struct Scheduler {
+    slots: Vec<Slot>,
+    config: ClientConfig,
+    input: InputConfig,
+    start: Position,
+    out: mpsc::Sender<Delivery>,
+    last_error: String,
+    duplicates: u64,
+}
+
+impl Scheduler {
+    pub(super) fn new(
+        servers: Vec<Server>,
+        config: ClientConfig,
+        input: InputConfig,
+        start: Position,
+        out: mpsc::Sender<Delivery>,
+    ) -> Self {
+        let slots = servers
+            .into_iter()
+            .map(|server| Slot {
+                server,
+                alive: true,
+                inflight: 0,
+            })
+            .collect();
+        Self {
+            slots,
+            config,
+            input,
+            start,
+            out,
+            last_error: String::new(),
+            duplicates: 0,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        let heartbeat = tokio::spawn(heartbeats(
+            self.slots.iter().map(|s| s.server.clone()).collect(),
+            self.config.trainer_id.clone(),
+            self.config.heartbeat,
+        ));
+        let mut epoch = self.start.epoch;
+        loop {
+            if self.input.epochs.is_some_and(|n| epoch >= n) {
+                break;
+            }
+            match self.run_epoch(epoch).await {
+                Ok(true) => epoch += 1,
+                // The consumer went away: nothing left to do.
+                Ok(false) => break,
+                Err(e) => {
+                    let _ = self.out.send(Err(e)).await;
+                    break;
+                }
+            }
+        }
+        heartbeat.abort();
+    }
+
+    /// Stream one epoch; `Ok(false)` when the consumer dropped the stream.
+    async fn run_epoch(&mut self, epoch: u32) -> Result<bool, ClientError> {
+        let cfg = &self.input;
+        let plan = EpochPlan::new(
+            cfg.seed,
+            epoch,
+            cfg.samples_per_epoch,
+            cfg.shard_size,
+            cfg.rank,
+            cfg.world,
+        );
+        let bs = cfg.batch_size;
+        let resume = (epoch == self.start.epoch).then(|| self.start.clone());
+        let mut shards: Vec<ShardState> = plan
+            .shards
+            .into_iter()
+            .map(|s| {
+                let total = s.batches(bs);
+                let done = match &resume {
+                    Some(p) => p.skip(s.id).unwrap_or(total),
+                    None => 0,
+                };
+                ShardState {
+                    id: s.id,
+                    ids: Arc::new(s.sample_ids),
+                    total,
+                    received: done,
+                    yielded: done,
+                    buffer: BTreeMap::new(),
+                }
+            })
+            .collect();
+        let mut queue: VecDeque<usize> = (0..shards.len())
+            .filter(|&i| shards[i].received < shards[i].total)
+            .collect();
+        let mut cursor = 0usize; // deterministic mode: the shard being yielded
+        let (events_tx, mut events) = mpsc::channel::<Event>(16);
+
+        loop {
+            while cursor < shards.len() && shards[cursor].yielded == shards[cursor].total {
+                cursor += 1;
+            }
+            if shards.iter().all(|s| s.yielded == s.total) {
+                return Ok(true);
+            }
+            self.assign(epoch, &mut queue, &shards, cursor, &events_tx);
+            if !self.slots.iter().any(|s| s.alive) {
+                return Err(ClientError::AllServersFailed(self.last_error.clone()));
+            }
+            let Some(event) = events.recv().await else {
+                unreachable!("the scheduler holds a sender");
+            };
+            match event {
+                Event::Batch {
+                    shard,
+                    index,
+                    batch,
+                } => {
+                    let state = &mut shards[shard];
+                    if index < state.received {
+                        self.duplicates += 1;
+                        tracing::debug!(shard = state.id, index, "duplicate batch dropped");
+                        continue;
+                    }
+                    // Streams deliver a shard in order and each asks from `received` on, so
+                    // anything else is a stream that raced a re-assignment: drop it too.
+                    if index > state.received {
+                        continue;
+                    }
+                    state.received += 1;
+                    state.buffer.insert(index, batch);
+                    let from = if self.input.deterministic {
+                        cursor
+                    } else {
+                        shard
+                    };
+                    if !self.flush(&mut shards, from).await {
+                        return Ok(false);
+                    }
+                }
+                Event::Ended { server, shard } => {
+                    self.slots[server].inflight -= 1;
+                    let state = &shards[shard];
+                    if state.received == state.total {
+                        self.ack(server, epoch, state.id);
+                    } else if !queue.contains(&shard) {
+                        self.last_error = format!(
+                            "{} ended shard {} early",
+                            self.slots[server].server.host, state.id
+                        );
+                        tracing::warn!(host = %self.slots[server].server.host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
+                        queue.push_front(shard);
+                    }
+                }
+                Event::Failed {
+                    server,
+                    shard,
+                    error,
+                    fatal,
+                } => {
+                    let slot = &mut self.slots[server];
+                    slot.inflight -= 1;
+                    let host = slot.server.host.clone();
+                    if fatal {
+                        return Err(ClientError::Mismatch {
+                            host,
+                            message: error,
+                        });
+                    }
+                    if slot.alive {
+                        slot.alive = false;
+                        tracing::warn!(%host, %error, "data server failed; its unfinished shards go to the others");
+                    }
+                    self.last_error = format!("{host}: {error}");
+                    let state = &shards[shard];
+                    if state.received < state.total && !queue.contains(&shard) {
+                        queue.push_front(shard);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Yield what can be yielded: in non-deterministic mode the given shard's buffer, in
+    /// deterministic mode everything in plan order from the cursor. `false` when the consumer
+    /// is gone.
+    async fn flush(&mut self, shards: &mut [ShardState], from: usize) -> bool {
+        let deterministic = self.input.deterministic;
+        for state in shards[from..].iter_mut() {
+            while let Some(batch) = state.buffer.remove(&state.yielded) {
+                state.yielded += 1;
+                if self.out.send(Ok((batch, state.total))).await.is_err() {
+                    return false;
+                }
+            }
+            if !deterministic || state.yielded < state.total {
+                break;
+            }
+        }
+        true
+    }
+
+    fn assign(
+        &mut self,
+        epoch: u32,
+        queue: &mut VecDeque<usize>,
+        shards: &[ShardState],
+        cursor: usize,
+        events: &mpsc::Sender<Event>,
+    ) {
+        let credits: u32 = self
+            .slots
+            .iter()
+            .filter(|s| s.alive)
+            .map(|s| s.server.info.max_inflight_shards.max(1))
+            .sum();
+        let window = cursor + 2 * credits as usize;
+        while let Some(&next) = queue.front() {
+            if self.input.deterministic && next >= window {
+                return;
+            }
+            let best = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.alive && s.inflight < s.server.info.max_inflight_shards.max(1))
+                .max_by_key(|(i, s)| {
+                    (
+                        s.server.info.max_inflight_shards - s.inflight,
+                        std::cmp::Reverse(*i),
+                    )
+                })
+                .map(|(i, _)| i);
+            let Some(server) = best else { return };
+            queue.pop_front();
+            self.slots[server].inflight += 1;
+            let state = &shards[next];
+            let task = ShardTask {
+                server,
+                shard: next,
+                client: self.slots[server].server.clone(),
+                epoch,
+                shard_id: state.id,
+                ids: state.ids.clone(),
+                from: state.received,
+                batch_size: self.input.batch_size,
+                trainer_id: self.config.trainer_id.clone(),
+                stall: self.config.stall_timeout,
+                events: events.clone(),
+            };
+            tokio::spawn(task.run());
+        }
+    }
+
+    fn ack(&self, server: usize, epoch: u32, shard: u32) {
+        let mut client = self.slots[server].server.client.clone();
+        let request = AckRequest {
+            epoch,
+            shards: vec![shard],
+            trainer_id: self.config.trainer_id.clone(),
+        };
+        tokio::spawn(async move {
+            if let Err(status) = client.ack(request).await {
+                tracing::debug!(shard, error = %status.message(), "ack not delivered");
+            }
+        });
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        if self.duplicates > 0 {
+            tracing::info!(duplicates = self.duplicates, "duplicate batches dropped");
+        }
+    }
+}
+
+struct ShardTask {
+    server: usize,
+    shard: usize,
+    client: Server,
+    epoch: u32,
+    shard_id: u32,
+    ids: Arc<Vec<u64>>,
+    from: u32,
+    batch_size: u32,
+    trainer_id: String,
+    stall: Duration,
+    events: mpsc::Sender<Event>,
+}
+
+impl ShardTask {
+    async fn run(self) {
+        let event = match self.stream().await {
+            Ok(()) => Event::Ended {
+                server: self.server,
+                shard: self.shard,
+            },
+            Err((error, fatal)) => Event::Failed {
+                server: self.server,
+                shard: self.shard,
+                error,
+                fatal,
+            },
+        };
+        let _ = self.events.send(event).await;
+    }
+
+    /// Stream the shard from batch `from` on; `Err((why, fatal))` on failure, where fatal
+    /// means another server would fail the same way (bad data, a refused request).
+    async fn stream(&self) -> Result<(), (String, bool)> {
+        let bs = self.batch_size as usize;
+        let request = ShardRequest {
+            epoch: self.epoch,
+            shard: self.shard_id,
+            sample_ids: self.ids[self.from as usize * bs..].to_vec(),
+            batch_size: self.batch_size,
+            trainer_id: self.trainer_id.clone(),
+        };
+        let mut client = self.client.client.clone();
+        let response = tokio::time::timeout(self.stall, client.stream_shard(request))
+            .await
+            .map_err(|_| {
+                (
+                    format!("no answer to a shard request within {:?}", self.stall),
+                    false,
+                )
+            })?
+            .map_err(status_error)?;
+        let mut stream = response.into_inner();
+        let shape = &self.client.info.tensors[0].shape;
+        let sample_bytes: usize = shape.iter().map(|d| *d as usize).product();
+        loop {
+            let message = tokio::time::timeout(self.stall, stream.message())
+                .await
+                .map_err(|_| (format!("stalled: no batch for {:?}", self.stall), false))?
+                .map_err(status_error)?;
+            let Some(message) = message else {
+                return Ok(());
+            };
+            let index = self.from + message.index;
+            let start = (index as usize * bs).min(self.ids.len());
+            let expected = &self.ids[start..(start + bs).min(self.ids.len())];
+            if message.epoch != self.epoch
+                || message.shard != self.shard_id
+                || message.sample_ids != expected
+            {
+                return Err((
+                    format!(
+                        "sent batch {index} of shard {} with the wrong samples",
+                        self.shard_id
+                    ),
+                    false,
+                ));
+            }
+            if message.labels.len() != expected.len()
+                || message.images.len() != expected.len() * sample_bytes
+            {
+                return Err((
+                    format!(
+                        "sent batch {index} of shard {} with a wrong payload size",
+                        self.shard_id
+                    ),
+                    false,
+                ));
+            }
+            if batch_checksum(&message.images, &message.sample_ids, &message.labels)
+                != message.checksum
+            {
+                return Err((
+                    format!(
+                        "sent batch {index} of shard {} with a bad checksum",
+                        self.shard_id
+                    ),
+                    false,
+                ));
+            }
+            let batch = Batch {
+                epoch: self.epoch,
+                shard: self.shard_id,
+                index,
+                sample_ids: message.sample_ids,
+                labels: message.labels,
+                images: Vec::from(message.images),
+                shape: [shape[0], shape[1], shape[2]],
+            };
+            if self
+                .events
+                .send(Event::Batch {
+                    shard: self.shard,
+                    index,
+                    batch,
+                })
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Statuses no other server would answer differently are fatal; the rest (connection lost,
+/// server stopping, unknown transport errors) mean this server failed.
+fn status_error(status: tonic::Status) -> (String, bool) {
+    use tonic::Code::*;
+    let fatal = matches!(
+        status.code(),
+        DataLoss
+            | InvalidArgument
+            | OutOfRange
+            | Unauthenticated
+            | PermissionDenied
+            | FailedPrecondition
+    );
+    (format!("{:?}: {}", status.code(), status.message()), fatal)
+}
+
+async fn heartbeats(servers: Vec<Server>, trainer_id: String, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        for server in &servers {
+            let mut client = server.client.clone();
+            let request = HeartbeatRequest {
+                trainer_id: trainer_id.clone(),
+            };
+            match tokio::time::timeout(every.max(Duration::from_secs(1)), client.heartbeat(request))
+                .await
+            {
+                Ok(Ok(response)) => {
+                    if let Some(s) = response.into_inner().stats {
+                        tracing::debug!(host = %server.host, samples_per_s = s.samples_per_s, queue_depth = s.queue_depth, busy_threads = s.busy_threads, "data server stats");
+                    }
+                }
+                _ => tracing::debug!(host = %server.host, "heartbeat not answered"),
+            }
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! hetgen's data service: CPU instances turn shards of the epoch plan into batches and stream
+//! them over gRPC (tonic) to the trainer, which consumes every sample exactly once per epoch even
+//! when a server dies.
+//!
+//! - [`server`]: the data role. Serves `hetgen.data.v1.DataService`, runs shards on the
+//!   pipeline engine, checks the job token on every call, stops on Shutdown, on SIGTERM, or when
+//!   its watchdog has not heard from any trainer for too long.
+//! - [`client`]: the trainer's side. Connects to every data host, owns the epoch plan, hands out
+//!   shards under each server's credit window, re-assigns a failed server's unfinished shards,
+//!   drops duplicates, verifies checksums and yields [`hetgen_pipeline::Batch`]es through
+//!   [`hetgen_pipeline::BatchStream`].
+//! - [`audit`]: `HETGEN_AUDIT_FILE`, one `epoch sample_id` line per yielded sample.
+
+pub mod audit;
+pub mod auth;
+pub mod checksum;
+pub mod client;
+pub mod role;
+pub mod server;
+
+/// Generated types of `hetgen.data.v1`.
+#[allow(missing_docs, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("hetgen.data.v1");
+}
+
+/// The protocol spoken by this build; a handshake with any other version is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest gRPC message either side accepts: a batch of 256 ImageNet samples at 224×224×3 as
+/// `u8` is 38 MB, far above tonic's 4 MiB default.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// HTTP/2 flow-control windows. The defaults (64 KiB) throttle a stream of tens-of-MB batches
+/// to a fraction of loopback speed; these let a whole batch be in flight.
+pub const STREAM_WINDOW: u32 = 64 << 20;
+/// Connection-level window, shared by the shards streaming at once.
+pub const CONNECTION_WINDOW: u32 = 256 << 20;
+/// Largest HTTP/2 frame (the protocol's maximum): fewer frames per batch.
+pub const MAX_FRAME: u32 = (1 << 24) - 1;

@@ -1,0 +1,143 @@
+//! The data role as a process: read the instance's environment, build the pipeline, serve until
+//! told to stop, and say why it stopped.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Env, HostsFile};
+use hetgen_pipeline::{Engine, PipelineError, StageRegistry};
+use hetgen_spec::model::Job;
+
+use crate::server::{ServeError, ServerConfig, StopReason, serve};
+
+/// Seconds without a trainer before a data server exits (default 120).
+pub const WATCHDOG_VAR: &str = "HETGEN_WATCHDOG_S";
+
+/// Why the data role could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    /// The SageMaker environment is unusable.
+    #[error(transparent)]
+    Env(#[from] hetgen_env::EnvError),
+    /// The pipeline could not be built.
+    #[error("pipeline: {0}")]
+    Pipeline(#[from] PipelineError),
+    /// No usable job token.
+    #[error(transparent)]
+    Token(#[from] crate::auth::TokenError),
+    /// A variable has a value that cannot be used.
+    #[error("{var}={value:?}: {expected}")]
+    Variable {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What it should be.
+        expected: &'static str,
+    },
+    /// The port is taken or the address is not this machine's.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// Where.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server failed.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// The port of the data service, from `HETGEN_DATA_PORT` or the default.
+pub fn data_port() -> Result<u16, RoleError> {
+    match std::env::var(DATA_PORT_VAR) {
+        Ok(value) => value.parse().map_err(|_| RoleError::Variable {
+            var: DATA_PORT_VAR,
+            value,
+            expected: "a TCP port number",
+        }),
+        Err(_) => Ok(DEFAULT_DATA_PORT),
+    }
+}
+
+fn watchdog() -> Result<Duration, RoleError> {
+    match std::env::var(WATCHDOG_VAR) {
+        Ok(value) => match value.parse::<f64>() {
+            Ok(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+            _ => Err(RoleError::Variable {
+                var: WATCHDOG_VAR,
+                value,
+                expected: "a positive number of seconds",
+            }),
+        },
+        Err(_) => Ok(Duration::from_secs(120)),
+    }
+}
+
+/// Serve this host's share of the job until Shutdown, SIGTERM/SIGINT or the watchdog.
+pub fn run_data_role(
+    job: &Job,
+    env: &Env,
+    registry: &StageRegistry,
+) -> Result<StopReason, RoleError> {
+    let token = crate::auth::token_from_env()?;
+    let port = data_port()?;
+    let watchdog = watchdog()?;
+    // On a local cluster each host has its own loopback address; on SageMaker, all interfaces.
+    let ip = HostsFile::from_env()?
+        .lookup(env.host())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let address = SocketAddr::new(ip, port);
+    let engine = Arc::new(Engine::new(
+        job,
+        registry,
+        &env.channel_dirs,
+        job.pipeline.threads.map(|t| t as usize),
+    )?);
+    let mut config = ServerConfig::new(env.host().to_owned(), token, &engine);
+    config.watchdog = watchdog;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("hetgen-server")
+        .enable_all()
+        .build()
+        .map_err(RoleError::Runtime)?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| RoleError::Bind { address, source })?;
+        Ok(serve(engine, config, listener, stop_signal()).await?)
+    })
+}
+
+/// SIGTERM is how SageMaker stops a job (then SIGKILL after 120 s); SIGINT is Ctrl-C.
+pub async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the default action (exit) still stops the process.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+/// Structured logs on stderr, `RUST_LOG` to filter (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,426 @@
+//! The data role: serve `hetgen.data.v1.DataService` from this instance's pipeline engine.
+//!
+//! Every shard request runs on the shared [`Engine`] pool in a blocking task and streams its
+//! batches through a two-batch channel, so a trainer that stops reading stops the pipeline
+//! (gRPC flow control does the rest) instead of filling memory. The server stops, and
+//! [`serve`] returns why, on the trainer's Shutdown, on the caller's stop signal (SIGTERM), or
+//! when its watchdog has heard nothing from any trainer for longer than the configured time.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hetgen_pipeline::Engine;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status};
+
+use crate::auth::RequireToken;
+use crate::checksum::batch_checksum;
+use crate::proto::data_service_server::{DataService, DataServiceServer};
+use crate::proto::{
+    AckRequest, AckResponse, Batch, DType, HandshakeRequest, HandshakeResponse, HeartbeatRequest,
+    HeartbeatResponse, ServerStats, ShardRequest, ShutdownRequest, ShutdownResponse, TensorSpec,
+};
+use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
+
+/// Most sample ids one shard request may carry.
+pub const MAX_SHARD_SAMPLES: usize = 1 << 20;
+/// Largest batch size a request may ask for.
+pub const MAX_BATCH_SIZE: u32 = 1 << 16;
+
+/// How a data server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// This server's name in handshakes and logs, e.g. `algo-1`.
+    pub server_id: String,
+    /// The job's token.
+    pub token: String,
+    /// Exit after this long without hearing from any trainer.
+    pub watchdog: Duration,
+    /// Shards a trainer may stream from this server at once.
+    pub max_inflight_shards: u32,
+    /// How often to log the server's counters.
+    pub log_every: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
+    /// keep the pool busy while the trainer acknowledges and re-requests.
+    pub fn new(server_id: String, token: String, engine: &Engine) -> Self {
+        Self {
+            server_id,
+            token,
+            watchdog: Duration::from_secs(120),
+            max_inflight_shards: (engine.threads() as u32).div_ceil(8).max(2),
+            log_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a server stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// A trainer sent Shutdown with this reason.
+    Shutdown(String),
+    /// No trainer was heard from for this long.
+    Watchdog(Duration),
+    /// The caller's stop future completed (SIGTERM).
+    Stopped,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Shutdown(reason) => write!(f, "trainer sent Shutdown ({reason})"),
+            StopReason::Watchdog(d) => write!(
+                f,
+                "no trainer was heard from for {:.0} s (watchdog); stopping so this instance stops billing",
+                d.as_secs_f64()
+            ),
+            StopReason::Stopped => write!(f, "stop signal received"),
+        }
+    }
+}
+
+/// The server failed to run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The listener could not be read or the transport failed.
+    #[error("data service transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+struct Shared {
+    engine: Arc<Engine>,
+    config: ServerConfig,
+    last_contact: Mutex<Instant>,
+    stopping: AtomicBool,
+    stop: watch::Sender<Option<StopReason>>,
+    /// (trainer, epoch, shard) streamed and not yet acknowledged.
+    streamed: Mutex<HashSet<(String, u32, u32)>>,
+    samples_served: AtomicU64,
+    queued: AtomicU32,
+    rate: Mutex<(Instant, u64)>,
+    sample_bytes: usize,
+}
+
+impl Shared {
+    fn touch(&self) {
+        *self.last_contact.lock().expect("lock poisoned") = Instant::now();
+    }
+
+    fn request_stop(&self, reason: StopReason) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.send_if_modified(|current| {
+            if current.is_none() {
+                *current = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn stats(&self) -> ServerStats {
+        let served = self.samples_served.load(Ordering::Relaxed);
+        let mut rate = self.rate.lock().expect("lock poisoned");
+        let elapsed = rate.0.elapsed().as_secs_f64();
+        let samples_per_s = if elapsed > 0.0 {
+            (served - rate.1) as f64 / elapsed
+        } else {
+            0.0
+        };
+        *rate = (Instant::now(), served);
+        ServerStats {
+            samples_per_s,
+            queue_depth: self.queued.load(Ordering::Relaxed),
+            busy_threads: self.engine.busy_threads() as u32,
+            samples_served: served,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Service(Arc<Shared>);
+
+type BatchStream = ReceiverStream<Result<Batch, Status>>;
+
+#[tonic::async_trait]
+impl DataService for Service {
+    async fn handshake(
+        &self,
+        request: Request<HandshakeRequest>,
+    ) -> Result<Response<HandshakeResponse>, Status> {
+        let request = request.into_inner();
+        if request.protocol_version != PROTOCOL_VERSION {
+            return Err(Status::failed_precondition(format!(
+                "protocol version {} is not spoken here: this data server speaks version {PROTOCOL_VERSION}; render and build the job's launcher with one hetgen release",
+                request.protocol_version
+            )));
+        }
+        self.0.touch();
+        tracing::info!(trainer = %request.trainer_id, "trainer connected");
+        let [h, w, c] = self.0.engine.output_shape();
+        Ok(Response::new(HandshakeResponse {
+            protocol_version: PROTOCOL_VERSION,
+            server_id: self.0.config.server_id.clone(),
+            cores: self.0.engine.threads() as u32,
+            max_inflight_shards: self.0.config.max_inflight_shards,
+            tensors: vec![
+                TensorSpec {
+                    name: "images".into(),
+                    dtype: DType::DtypeUint8 as i32,
+                    shape: vec![h, w, c],
+                },
+                TensorSpec {
+                    name: "labels".into(),
+                    dtype: DType::DtypeInt64 as i32,
+                    shape: vec![],
+                },
+            ],
+            samples_per_epoch: self.0.engine.samples_per_epoch(),
+        }))
+    }
+
+    type StreamShardStream = BatchStream;
+
+    async fn stream_shard(
+        &self,
+        request: Request<ShardRequest>,
+    ) -> Result<Response<BatchStream>, Status> {
+        let request = request.into_inner();
+        let shared = self.0.clone();
+        validate_shard(&shared, &request)?;
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("this data server is shutting down"));
+        }
+        shared.touch();
+        shared.streamed.lock().expect("lock poisoned").insert((
+            request.trainer_id.clone(),
+            request.epoch,
+            request.shard,
+        ));
+        let (tx, rx) = mpsc::channel(2);
+        tokio::task::spawn_blocking(move || run_shard(&shared, request, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
+        let request = request.into_inner();
+        self.0.touch();
+        let mut streamed = self.0.streamed.lock().expect("lock poisoned");
+        for shard in &request.shards {
+            if !streamed.remove(&(request.trainer_id.clone(), request.epoch, *shard)) {
+                return Err(Status::not_found(format!(
+                    "shard {shard} of epoch {} was never streamed to trainer `{}` by this server (or was acknowledged already)",
+                    request.epoch, request.trainer_id
+                )));
+            }
+        }
+        Ok(Response::new(AckResponse {}))
+    }
+
+    async fn heartbeat(
+        &self,
+        _request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
+        self.0.touch();
+        Ok(Response::new(HeartbeatResponse {
+            stats: Some(self.0.stats()),
+        }))
+    }
+
+    async fn shutdown(
+        &self,
+        request: Request<ShutdownRequest>,
+    ) -> Result<Response<ShutdownResponse>, Status> {
+        let reason = request.into_inner().reason;
+        tracing::info!(%reason, "shutdown requested by a trainer");
+        self.0.request_stop(StopReason::Shutdown(reason));
+        Ok(Response::new(ShutdownResponse {}))
+    }
+}
+
+/// Refuse requests no honest trainer sends, before any work is done.
+fn validate_shard(shared: &Shared, request: &ShardRequest) -> Result<(), Status> {
+    if request.sample_ids.is_empty() {
+        return Err(Status::invalid_argument(
+            "shard request carries no sample ids",
+        ));
+    }
+    if request.sample_ids.len() > MAX_SHARD_SAMPLES {
+        return Err(Status::invalid_argument(format!(
+            "shard request carries {} sample ids; at most {MAX_SHARD_SAMPLES} per shard",
+            request.sample_ids.len()
+        )));
+    }
+    if request.batch_size == 0 || request.batch_size > MAX_BATCH_SIZE {
+        return Err(Status::invalid_argument(format!(
+            "batch size {} is outside 1..={MAX_BATCH_SIZE}",
+            request.batch_size
+        )));
+    }
+    let bytes = shared
+        .sample_bytes
+        .saturating_mul(request.batch_size as usize);
+    if bytes > MAX_MESSAGE_BYTES - (1 << 20) {
+        return Err(Status::invalid_argument(format!(
+            "a batch of {} samples is {bytes} bytes, over the {MAX_MESSAGE_BYTES}-byte message limit; use smaller batches",
+            request.batch_size
+        )));
+    }
+    let samples = shared.engine.samples_per_epoch();
+    if let Some(bad) = request.sample_ids.iter().find(|id| **id >= samples) {
+        return Err(Status::out_of_range(format!(
+            "unknown sample {bad}: the source has {samples} samples per epoch"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs on a blocking thread: preprocess the shard and feed the response stream.
+fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Result<Batch, Status>>) {
+    let batches = request
+        .sample_ids
+        .len()
+        .div_ceil(request.batch_size as usize) as u32;
+    let mut emit = |batch: hetgen_pipeline::Batch| {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return false;
+        }
+        let n = batch.len() as u64;
+        let checksum = batch_checksum(&batch.images, &batch.sample_ids, &batch.labels);
+        let message = Batch {
+            epoch: batch.epoch,
+            shard: batch.shard,
+            index: batch.index,
+            last: batch.index + 1 == batches,
+            sample_ids: batch.sample_ids,
+            labels: batch.labels,
+            images: Bytes::from(batch.images),
+            checksum,
+        };
+        shared.queued.fetch_add(1, Ordering::Relaxed);
+        let sent = tx.blocking_send(Ok(message)).is_ok();
+        shared.queued.fetch_sub(1, Ordering::Relaxed);
+        if sent {
+            shared.samples_served.fetch_add(n, Ordering::Relaxed);
+            shared.touch();
+        }
+        sent
+    };
+    let result = shared.engine.run_shard(
+        request.epoch,
+        request.shard,
+        &request.sample_ids,
+        request.batch_size,
+        &mut emit,
+    );
+    if let Err(e) = result {
+        tracing::error!(epoch = request.epoch, shard = request.shard, error = %e, "shard failed");
+        let _ = tx.blocking_send(Err(Status::data_loss(format!(
+            "shard {} of epoch {}: {e}",
+            request.shard, request.epoch
+        ))));
+    }
+}
+
+/// Serve on `listener` until Shutdown, the watchdog, or `stop` completes; returns why.
+pub async fn serve(
+    engine: Arc<Engine>,
+    config: ServerConfig,
+    listener: TcpListener,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<StopReason, ServeError> {
+    let [h, w, c] = engine.output_shape();
+    let (stop_tx, mut stop_rx) = watch::channel(None);
+    let shared = Arc::new(Shared {
+        engine,
+        last_contact: Mutex::new(Instant::now()),
+        stopping: AtomicBool::new(false),
+        stop: stop_tx,
+        streamed: Mutex::new(HashSet::new()),
+        samples_served: AtomicU64::new(0),
+        queued: AtomicU32::new(0),
+        rate: Mutex::new((Instant::now(), 0)),
+        sample_bytes: (h * w * c) as usize,
+        config,
+    });
+    tracing::info!(
+        server = %shared.config.server_id,
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        threads = shared.engine.threads(),
+        samples_per_epoch = shared.engine.samples_per_epoch(),
+        "data server listening"
+    );
+
+    // The caller's stop signal and the watchdog both end up as a stop request.
+    let on_stop = shared.clone();
+    tokio::spawn(async move {
+        stop.await;
+        on_stop.request_stop(StopReason::Stopped);
+    });
+    let watchdog = shared.clone();
+    tokio::spawn(async move {
+        let limit = watchdog.config.watchdog;
+        let mut last_log = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
+            let silent = watchdog
+                .last_contact
+                .lock()
+                .expect("lock poisoned")
+                .elapsed();
+            if silent > limit {
+                watchdog.request_stop(StopReason::Watchdog(limit));
+                return;
+            }
+            if last_log.elapsed() >= watchdog.config.log_every {
+                last_log = Instant::now();
+                let s = watchdog.stats();
+                tracing::info!(
+                    samples_per_s = format!("{:.1}", s.samples_per_s),
+                    queue_depth = s.queue_depth,
+                    busy_threads = s.busy_threads,
+                    samples_served = s.samples_served,
+                    "data server counters"
+                );
+            }
+        }
+    });
+
+    let service = DataServiceServer::new(Service(shared.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = tonic::service::interceptor::InterceptedService::new(
+        service,
+        RequireToken::new(shared.config.token.clone()),
+    );
+    let mut stopped = stop_rx.clone();
+    let server = tonic::transport::Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            let _ = stopped.wait_for(Option::is_some).await;
+        });
+    // A graceful shutdown waits for open streams; streams notice `stopping` at their next batch,
+    // but a stuck client must not hold the process: give in-flight calls one second.
+    let mut server = std::pin::pin!(server);
+    tokio::select! {
+        result = &mut server => result?,
+        _ = async {
+            let _ = stop_rx.wait_for(Option::is_some).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => {}
+    }
+    let reason = shared.stop.borrow().clone().unwrap_or(StopReason::Stopped);
+    tracing::info!(%reason, "data server stopped");
+    Ok(reason)
+}

@@ -1,0 +1,219 @@
+//! The data role as real processes (`hetgen-data-server`), each with its own SageMaker tree and
+//! loopback address, killed and signalled for real.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use hetgen_pipeline::BatchStream;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    net: u8,
+    // The tests of this file share one process environment (HETGEN_HOSTS_FILE) and host names,
+    // so clusters run one at a time.
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static CLUSTERS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+
+impl Cluster {
+    /// Trees for `algo-1..=data_hosts` (data_group) and one trainer host after them.
+    fn new(data_hosts: usize) -> Cluster {
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        // Distinct loopback subnets and ports per test process and cluster keep runs apart.
+        let pid = std::process::id();
+        let nth = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let net = (pid % 200) as u8 + 20;
+        let port = 20000 + (pid % 20000) as u16 + nth * 7;
+        let job = job();
+        let job_file = serde_json::json!({
+            "generated_by": "test", "spec": "data-test.toml", "spec_sha256": "", "job": job,
+        });
+        std::fs::write(dir.path().join("job.json"), job_file.to_string()).unwrap();
+        let trainer = format!("algo-{}", data_hosts + 1);
+        let data: Vec<String> = (1..=data_hosts).map(|i| format!("algo-{i}")).collect();
+        let mut all = data.clone();
+        all.push(trainer.clone());
+        let mut hosts = String::new();
+        for (i, host) in all.iter().enumerate() {
+            hosts.push_str(&format!("127.{net}.{}.{} {host}\n", port % 250, i + 1));
+            let config = serde_json::json!({
+                "current_group_name": if *host == trainer { "dnn_group" } else { "data_group" },
+                "current_host": host,
+                "current_instance_type": "ml.c5.xlarge",
+                "hosts": all,
+                "instance_groups": [
+                    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": data},
+                    {"instance_group_name": "dnn_group", "instance_type": "ml.m5.xlarge", "hosts": [trainer]},
+                ],
+                "network_interface_name": "eth0",
+            });
+            let tree = dir.path().join(host).join("input/config");
+            std::fs::create_dir_all(&tree).unwrap();
+            std::fs::write(tree.join("resourceconfig.json"), config.to_string()).unwrap();
+        }
+        std::fs::write(dir.path().join("hosts.txt"), hosts).unwrap();
+        // SAFETY: set before any thread of this test reads the environment; every test in this
+        // file sets the same value for its process.
+        unsafe { std::env::set_var("HETGEN_HOSTS_FILE", dir.path().join("hosts.txt")) };
+        Cluster {
+            dir,
+            port,
+            net,
+            _serial: serial,
+        }
+    }
+
+    fn start(&self, host: &str, extra: &[(&str, &str)]) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hetgen-data-server"));
+        command
+            .env("SAGEMAKER_BASE_DIR", self.dir.path().join(host))
+            .env("HETGEN_JOB_FILE", self.dir.path().join("job.json"))
+            .env("HETGEN_JOB_TOKEN", TOKEN)
+            .env("HETGEN_HOSTS_FILE", self.dir.path().join("hosts.txt"))
+            .env("HETGEN_DATA_PORT", self.port.to_string())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        command.spawn().unwrap()
+    }
+
+    fn hosts(&self, names: &[&str]) -> Vec<(String, u16)> {
+        let _ = self.net;
+        names.iter().map(|n| (n.to_string(), self.port)).collect()
+    }
+
+    fn failure(&self, host: &str) -> PathBuf {
+        self.dir.path().join(host).join("output/failure")
+    }
+}
+
+/// Wait for the process to exit within `limit`; its status and stderr.
+fn exited_within(child: &mut Child, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return Some((status, err));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+struct Reaper(Vec<Child>);
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn one_of_three_servers_killed_mid_epoch_loses_and_repeats_nothing() {
+    let cluster = Cluster::new(3);
+    let mut children = Reaper(
+        ["algo-1", "algo-2", "algo-3"]
+            .iter()
+            .map(|h| cluster.start(h, &[]))
+            .collect(),
+    );
+    let job = job();
+    let client = connect(&job, &cluster.hosts(&["algo-1", "algo-2", "algo-3"]));
+    let mut stream = client.stream(input(&job, &client, 2, false), None);
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next_batch() {
+        batches.push(batch.unwrap());
+        if batches.len() == 12 {
+            children.0[1].kill().unwrap(); // SIGKILL, mid-epoch 0
+            children.0[1].wait().unwrap();
+        }
+        // A consumer slower than the servers keeps every server's credits in use.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_exactly_once(&batches, 2, 600);
+    assert!(
+        client
+            .shutdown("done")
+            .iter()
+            .all(|(host, _)| host == "algo-2")
+    );
+    for i in [0, 2] {
+        let (status, _) = exited_within(&mut children.0[i], Duration::from_secs(2))
+            .expect("exits within 2 s of Shutdown");
+        assert!(status.success());
+    }
+}
+
+#[test]
+fn servers_exit_by_watchdog_when_the_trainer_disappears() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start("algo-1", &[("HETGEN_WATCHDOG_S", "1")])]);
+    let job = job();
+    {
+        let client = connect(&job, &cluster.hosts(&["algo-1"]));
+        let mut stream = client.stream(input(&job, &client, 1, false), None);
+        stream.next_batch().unwrap().unwrap();
+        // The trainer vanishes here: its connection and heartbeats end with the client.
+    }
+    let (status, stderr) =
+        exited_within(&mut children.0[0], Duration::from_secs(6)).expect("watchdog fired");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("watchdog"), "{stderr}");
+}
+
+#[test]
+fn sigterm_stops_a_streaming_server_cleanly() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
+    let job = job();
+    let client = connect(&job, &cluster.hosts(&["algo-1"]));
+    let mut stream = client.stream(input(&job, &client, 50, false), None);
+    stream.next_batch().unwrap().unwrap();
+    let pid = children.0[0].id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (status, stderr) =
+        exited_within(&mut children.0[0], Duration::from_secs(4)).expect("exits within 4 s");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
+}
+
+#[test]
+fn a_server_without_a_token_fails_with_the_reason_in_the_failure_file() {
+    let cluster = Cluster::new(1);
+    let mut child = cluster.start("algo-1", &[("HETGEN_JOB_TOKEN", "short")]);
+    let (status, stderr) =
+        exited_within(&mut child, Duration::from_secs(5)).expect("fails at once");
+    assert!(!status.success());
+    assert!(stderr.contains("HETGEN_JOB_TOKEN"), "{stderr}");
+    let failure = std::fs::read_to_string(cluster.failure("algo-1")).unwrap();
+    assert!(failure.contains("HETGEN_JOB_TOKEN"), "{failure}");
+    let _ = Path::new("");
+}
