@@ -86,17 +86,16 @@ pub fn decode_jpeg_scaled(
     min_width: u32,
     min_height: u32,
 ) -> Result<(Image, u32), String> {
+    let (full_w, full_h) = jpeg_dimensions(bytes)?;
+    let Some(denominator) = [8, 4, 2]
+        .into_iter()
+        .find(|d| full_w.div_ceil(*d) >= min_width && full_h.div_ceil(*d) >= min_height)
+    else {
+        // No scaling possible: zune-jpeg's full decode is faster than jpeg-decoder's.
+        return Ok((decode_jpeg(bytes, channels)?, 1));
+    };
     let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
     decoder.read_info().map_err(|e| format!("JPEG: {e}"))?;
-    let info = decoder.info().ok_or("JPEG: no frame header")?;
-    let (full_w, full_h) = (u32::from(info.width), u32::from(info.height));
-    let mut denominator = 1;
-    for d in [8, 4, 2] {
-        if full_w.div_ceil(d) >= min_width && full_h.div_ceil(d) >= min_height {
-            denominator = d;
-            break;
-        }
-    }
     let (w, h) = decoder
         .scale(
             full_w.div_ceil(denominator) as u16,

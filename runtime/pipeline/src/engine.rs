@@ -95,6 +95,16 @@ impl Engine {
         threads: Option<usize>,
     ) -> Result<Self, PipelineError> {
         let source = source::open(&job.pipeline.source, job.seed, channels)?;
+        Self::with_source(job, source, registry, threads)
+    }
+
+    /// The job's stages over a source of the caller's (benchmarks, custom data formats).
+    pub fn with_source(
+        job: &Job,
+        source: Box<dyn Source>,
+        registry: &StageRegistry,
+        threads: Option<usize>,
+    ) -> Result<Self, PipelineError> {
         let ops = compile(&job.pipeline.stages, registry)?;
         let threads = threads.unwrap_or_else(available_cores).max(1);
         let pool = rayon::ThreadPoolBuilder::new()

@@ -17,6 +17,7 @@ pub mod input;
 mod local;
 pub mod ops;
 pub mod plan;
+pub mod profile;
 pub mod rng;
 pub mod source;
 pub mod stage;

@@ -327,6 +327,27 @@ pub fn random_erasing(
     }
 }
 
+/// torchvision's `ToTensor` + `Normalize` on the CPU: CHW `f32`, `(v / 255 - mean) / std`.
+///
+/// The engine never runs this (the trainer does it on its device); it exists so benchmarks and
+/// `hetgen profile` can price the whole torchvision-equivalent pipeline on a CPU.
+pub fn normalize(image: &Image, mean: &[f64], std: &[f64]) -> Vec<f32> {
+    let (hw, c) = (
+        (image.height * image.width) as usize,
+        image.channels as usize,
+    );
+    let mut out = vec![0f32; hw * c];
+    for k in 0..c {
+        let scale = (1.0 / (255.0 * std[k % std.len()])) as f32;
+        let shift = (mean[k % mean.len()] / std[k % std.len()]) as f32;
+        let plane = &mut out[k * hw..(k + 1) * hw];
+        for (dst, px) in plane.iter_mut().zip(image.data.chunks_exact(c)) {
+            *dst = f32::from(px[k]) * scale - shift;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +359,21 @@ mod tests {
             width: w,
             channels: c,
             data,
+        }
+    }
+
+    #[test]
+    fn normalize_is_chw_and_matches_the_formula() {
+        let image = Image {
+            height: 1,
+            width: 2,
+            channels: 3,
+            data: vec![0, 51, 255, 255, 102, 0],
+        };
+        let out = normalize(&image, &[0.5, 0.5, 0.5], &[0.5, 0.25, 0.5]);
+        let want = [-1.0, 1.0, (0.2 - 0.5) / 0.25, (0.4 - 0.5) / 0.25, 1.0, -1.0];
+        for (a, b) in out.iter().zip(want) {
+            assert!((a - b).abs() < 1e-5, "{out:?}");
         }
     }
 

@@ -1,0 +1,54 @@
+"""The torchvision + PIL counterpart of hetgen's training pipeline, on the same JPEG files.
+
+decode (PIL, libjpeg-turbo) -> RandomResizedCrop(224) -> RandomHorizontalFlip -> ToTensor ->
+Normalize, one image at a time on one thread, as one DataLoader worker runs it. Prints images/s
+for the whole pipeline and for the decode alone; the last line is machine-readable.
+
+    python bench/torchvision_pipeline.py FIXTURES [SECONDS]
+"""
+
+import glob
+import io
+import sys
+import time
+
+import torch
+from PIL import Image
+from torchvision import transforms
+
+
+def rate(items, budget, fn):
+    for item in items[:4]:
+        fn(item)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < budget:
+        fn(items[n % len(items)])
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def main():
+    folder = sys.argv[1] if len(sys.argv) > 1 else "target/bench-fixtures"
+    budget = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
+    torch.set_num_threads(1)
+    files = sorted(glob.glob(f"{folder}/*.jpg"))
+    if not files:
+        sys.exit(f"no fixtures in {folder}: run the Rust bench first (bench/pipeline.sh does)")
+    blobs = [open(f, "rb").read() for f in files]
+    pipeline = transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+    ])
+    decode = rate(blobs, budget, lambda b: Image.open(io.BytesIO(b)).convert("RGB"))
+    full = rate(blobs, budget, lambda b: pipeline(Image.open(io.BytesIO(b)).convert("RGB")))
+    print("| torchvision + PIL (one core) | images/s |")
+    print("|---|---:|")
+    print(f"| decode (PIL) | {decode:.0f} |")
+    print(f"| pipeline | {full:.0f} |")
+    print(f"torchvision-pipeline-rate {full:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+//! Images per second per core for every op and for the training pipeline
+//! decode → random_resized_crop 224 → horizontal_flip → normalize, on ImageNet-sized JPEGs.
+//!
+//! `cargo run --release -p hetgen-pipeline --example pipeline_bench -- FIXTURES [SECONDS]`
+//! writes the fixtures (64 deterministic 500×375 JPEGs, quality 90) into FIXTURES if they are
+//! missing, so `bench/torchvision_pipeline.py` can time the same files; `bench/pipeline.sh`
+//! runs both. Everything runs on one thread: the numbers are per core.
+
+use std::f64::consts::{PI, TAU};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hetgen_pipeline::image::Image;
+use hetgen_pipeline::ops::{self, Rect};
+use hetgen_pipeline::{SampleRng, codec};
+
+const FILES: usize = 64;
+const MEAN: [f64; 3] = [0.485, 0.456, 0.406];
+const STD: [f64; 3] = [0.229, 0.224, 0.225];
+
+/// A photo-like image: smooth colour fields, a few edges, mild noise (photos compress to
+/// 40-150 kB at this size; pure noise would not be representative).
+fn fixture(n: u64) -> Image {
+    let (h, w) = (375u32, 500u32);
+    let mut rng = SampleRng::new(2024, 0, n);
+    let f: Vec<f64> = (0..9).map(|_| rng.uniform(0.5, 6.0)).collect();
+    let mut image = Image::zeros(h, w, 3);
+    for y in 0..h {
+        for x in 0..w {
+            let (u, v) = (f64::from(x) / f64::from(w), f64::from(y) / f64::from(h));
+            for k in 0..3usize {
+                let wave =
+                    (u * f[k] * TAU + v * f[k + 3] * PI).sin() * (v * f[k + 6] * TAU).cos();
+                let edge = if (u - 0.3 * f[k] / 6.0).abs() < 0.1 {
+                    60.0
+                } else {
+                    0.0
+                };
+                let value = 128.0 + 90.0 * wave + edge + rng.uniform(-6.0, 6.0);
+                image.data[((y * w + x) * 3) as usize + k] = value.clamp(0.0, 255.0) as u8;
+            }
+        }
+    }
+    image
+}
+
+fn load(dir: &Path) -> Vec<Vec<u8>> {
+    std::fs::create_dir_all(dir).expect("fixture folder");
+    (0..FILES)
+        .map(|n| {
+            let path = dir.join(format!("{n:03}.jpg"));
+            if !path.exists() {
+                let bytes = codec::encode_jpeg(&fixture(n as u64), 90).expect("encode");
+                std::fs::write(&path, bytes).expect("write fixture");
+            }
+            std::fs::read(&path).expect("read fixture")
+        })
+        .collect()
+}
+
+/// Runs `f` over the inputs round-robin for `budget`; images per second.
+fn rate<T>(inputs: &[T], budget: Duration, mut f: impl FnMut(&T, &mut SampleRng)) -> f64 {
+    let mut n = 0u64;
+    for (i, input) in inputs.iter().enumerate().take(4) {
+        f(input, &mut SampleRng::new(0, 0, i as u64));
+    }
+    let start = Instant::now();
+    while start.elapsed() < budget {
+        let mut rng = SampleRng::new(1, 0, n);
+        f(&inputs[n as usize % inputs.len()], &mut rng);
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let dir = args
+        .next()
+        .unwrap_or_else(|| "target/bench-fixtures".to_owned());
+    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let budget = Duration::from_secs_f64(seconds);
+    let files = load(Path::new(&dir));
+    let kb = files.iter().map(Vec::len).sum::<usize>() as f64 / files.len() as f64 / 1024.0;
+    let images: Vec<Image> = files
+        .iter()
+        .map(|b| codec::decode(b, 3).expect("decode"))
+        .collect();
+    let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
+    let mut rows: Vec<(&str, f64)> = Vec::new();
+
+    rows.push((
+        "decode (full, zune-jpeg)",
+        rate(&files, budget, |b, _| {
+            codec::decode(b, 3).unwrap();
+        }),
+    ));
+    rows.push((
+        "resize 224×224",
+        rate(&images, budget, |im, _| {
+            ops::resize(im, [224, 224]).unwrap();
+        }),
+    ));
+    rows.push((
+        "center_crop 224",
+        rate(&images, budget, |im, _| {
+            ops::center_crop(im, [224, 224]);
+        }),
+    ));
+    rows.push((
+        "random_resized_crop 224",
+        rate(&images, budget, |im, rng| {
+            let r = ops::random_resized_crop_rect(im.height, im.width, scale, ratio, rng);
+            ops::resize_region(im, r, 224, 224).unwrap();
+        }),
+    ));
+    let small: Vec<Image> = images
+        .iter()
+        .map(|im| ops::resize(im, [224, 224]).unwrap())
+        .collect();
+    rows.push((
+        "horizontal_flip (224)",
+        rate(&small, budget, |im, _| {
+            let mut im = im.clone();
+            ops::flip(&mut im);
+        }),
+    ));
+    rows.push((
+        "color_jitter 0.4 (224)",
+        rate(&small, budget, |im, rng| {
+            let mut im = im.clone();
+            ops::color_jitter(&mut im, 0.4, 0.4, 0.4, rng);
+        }),
+    ));
+    rows.push((
+        "gaussian_blur k=5 (224)",
+        rate(&small, budget, |im, rng| {
+            ops::gaussian_blur(im, 5, [0.1, 2.0], rng);
+        }),
+    ));
+    rows.push((
+        "random_erasing p=1 (224)",
+        rate(&small, budget, |im, rng| {
+            let mut im = im.clone();
+            ops::random_erasing(&mut im, 1.0, [0.02, 0.33], [0.3, 3.3], 0, rng);
+        }),
+    ));
+    rows.push((
+        "normalize to f32 CHW (224)",
+        rate(&small, budget, |im, _| {
+            ops::normalize(im, &MEAN, &STD);
+        }),
+    ));
+    let full = |fused: bool, size: u32| {
+        move |bytes: &Vec<u8>, rng: &mut SampleRng| {
+            let mut out = if fused {
+                let (fw, fh) = codec::jpeg_dimensions(bytes).unwrap();
+                let r = ops::random_resized_crop_rect(fh, fw, scale, ratio, rng);
+                let need_w = (f64::from(size) * f64::from(fw) / r.width).ceil() as u32;
+                let need_h = (f64::from(size) * f64::from(fh) / r.height).ceil() as u32;
+                let (im, d) = codec::decode_jpeg_scaled(bytes, 3, need_w, need_h).unwrap();
+                let r = r.scaled(d);
+                let r = Rect {
+                    height: r.height.min(f64::from(im.height)),
+                    width: r.width.min(f64::from(im.width)),
+                    ..r
+                };
+                ops::resize_region(&im, r, size, size).unwrap()
+            } else {
+                let im = codec::decode(bytes, 3).unwrap();
+                let r = ops::random_resized_crop_rect(im.height, im.width, scale, ratio, rng);
+                ops::resize_region(&im, r, size, size).unwrap()
+            };
+            if rng.chance(0.5) {
+                ops::flip(&mut out);
+            }
+            ops::normalize(&out, &MEAN, &STD);
+        }
+    };
+    let unfused = rate(&files, budget, full(false, 224));
+    let fused = rate(&files, budget, full(true, 224));
+    rows.push(("pipeline 224, full decode", unfused));
+    rows.push(("pipeline 224, fused decode (hetgen's)", fused));
+    // At a smaller output the crop is often ≥ 2× the output, and DCT scaling pays.
+    rows.push((
+        "pipeline 96, full decode",
+        rate(&files, budget, full(false, 96)),
+    ));
+    rows.push((
+        "pipeline 96, fused decode (hetgen's)",
+        rate(&files, budget, full(true, 96)),
+    ));
+
+    println!(
+        "fixtures: {} JPEGs 500×375, mean {kb:.0} kB, in {dir}",
+        files.len()
+    );
+    println!("| op (one core) | images/s |");
+    println!("|---|---:|");
+    for (name, r) in &rows {
+        println!("| {name} | {r:.0} |");
+    }
+    println!("hetgen-pipeline-rate {fused:.1}");
+}

@@ -1,0 +1,420 @@
+//! The engine over real files and generated data: shapes, labels, determinism, errors, and a
+//! golden output on a fixture image.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hetgen_pipeline::codec::{encode_jpeg, encode_png};
+use hetgen_pipeline::{
+    Batch, BatchStream, Engine, Image, InputConfig, LocalInput, PipelineError, StageRegistry,
+};
+use hetgen_spec::model::Job;
+use proptest::prelude::*;
+
+fn job(source: &str, batch: u32, stages: &str) -> Job {
+    let text = format!(
+        r#"
+version = 1
+[job]
+name = "pipeline-test"
+seed = 5
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 1
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[[channel]]
+name = "train"
+uri = "s3://bucket/train/"
+local_path = "data"
+[pipeline]
+source = {source}
+batch_size = {batch}
+shard_size = 10
+{stages}
+[trainer]
+model = "mlp"
+steps = 1
+"#
+    );
+    let checked = hetgen_spec::check("test.toml", &text);
+    checked
+        .job
+        .unwrap_or_else(|| panic!("{:?}", checked.report.problems))
+}
+
+fn engine(job: &Job, channels: &BTreeMap<String, PathBuf>, threads: usize) -> Engine {
+    Engine::new(job, &StageRegistry::builtin(), channels, Some(threads)).unwrap()
+}
+
+fn shard(engine: &Engine, epoch: u32, ids: &[u64], batch: u32) -> Vec<Batch> {
+    let mut out = Vec::new();
+    engine
+        .run_shard(epoch, 0, ids, batch, &mut |b| {
+            out.push(b);
+            true
+        })
+        .unwrap();
+    out
+}
+
+fn gradient(h: u32, w: u32, c: u32, tint: u32) -> Image {
+    let data = (0..h * w * c)
+        .map(|i| ((i / c % w) * 7 + (i / c / w) * 3 + (i % c) * 50 + tint) as u8)
+        .collect();
+    Image {
+        height: h,
+        width: w,
+        channels: c,
+        data,
+    }
+}
+
+/// `root/<class>/<n>.png|jpg`, classes `a`, `b`, `c`.
+fn image_folder(root: &Path) {
+    for (k, class) in ["a", "b", "c"].iter().enumerate() {
+        let dir = root.join(class);
+        std::fs::create_dir_all(&dir).unwrap();
+        for n in 0..4u32 {
+            let image = gradient(20 + n, 30, 3, k as u32 * 40);
+            let (name, bytes) = if n % 2 == 0 {
+                (format!("{n}.png"), encode_png(&image).unwrap())
+            } else {
+                (format!("{n}.jpg"), encode_jpeg(&image, 90).unwrap())
+            };
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), "not an image").unwrap();
+    }
+}
+
+const DECODE_RESIZE: &str = r#"
+[[pipeline.stage]]
+op = "decode"
+[[pipeline.stage]]
+op = "resize"
+size = [8, 8]
+[[pipeline.stage]]
+op = "normalize"
+mean = [0.5, 0.5, 0.5]
+std = [0.5, 0.5, 0.5]
+"#;
+
+#[test]
+fn image_folder_labels_are_sorted_class_indices() {
+    let dir = tempfile::tempdir().unwrap();
+    image_folder(dir.path());
+    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
+    let job = job(
+        r#"{ format = "image-folder", channel = "train" }"#,
+        5,
+        DECODE_RESIZE,
+    );
+    let engine = engine(&job, &channels, 2);
+    assert_eq!(engine.samples_per_epoch(), 12);
+    let ids: Vec<u64> = (0..12).collect();
+    let batches = shard(&engine, 0, &ids, 5);
+    assert_eq!(
+        batches.iter().map(Batch::len).collect::<Vec<_>>(),
+        vec![5, 5, 2]
+    );
+    let labels: Vec<i64> = batches.iter().flat_map(|b| b.labels.clone()).collect();
+    assert_eq!(labels, vec![0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+    assert!(
+        batches
+            .iter()
+            .all(|b| b.images.len() == b.len() * 8 * 8 * 3 && b.shape == [8, 8, 3])
+    );
+    // normalize is left to the trainer's device: the stage list compiles without it.
+    let names: Vec<String> = engine.stage_times().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["source", "decode+resize"]);
+}
+
+#[test]
+fn tar_shards_pair_images_with_their_cls_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut builder =
+        tar::Builder::new(std::fs::File::create(dir.path().join("shard-000.tar")).unwrap());
+    for (key, label) in [("s0", 2), ("s1", 0), ("s2", 1)] {
+        let png = encode_png(&gradient(9, 9, 3, label * 10)).unwrap();
+        for (name, bytes) in [
+            (format!("{key}.png"), png),
+            (format!("{key}.cls"), format!("{label}\n").into_bytes()),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder.append_data(&mut header, name, &bytes[..]).unwrap();
+        }
+    }
+    builder.finish().unwrap();
+    drop(builder);
+    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
+    let job = job(
+        r#"{ format = "tar-shards", channel = "train" }"#,
+        3,
+        DECODE_RESIZE,
+    );
+    let engine = engine(&job, &channels, 1);
+    assert_eq!(engine.samples_per_epoch(), 3);
+    let batches = shard(&engine, 0, &[0, 1, 2], 3);
+    assert_eq!(batches[0].labels, vec![2, 0, 1]);
+}
+
+#[test]
+fn a_corrupt_file_fails_naming_the_sample_and_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    image_folder(dir.path());
+    std::fs::write(dir.path().join("a/0.png"), b"\x89PNG\r\n\x1a\nbroken").unwrap();
+    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
+    let job = job(
+        r#"{ format = "image-folder", channel = "train" }"#,
+        4,
+        DECODE_RESIZE,
+    );
+    let engine = engine(&job, &channels, 1);
+    let err = engine
+        .run_shard(0, 0, &[1, 0], 4, &mut |_| true)
+        .unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::Sample { sample: 0, stage, .. } if stage == "decode+resize"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("PNG"), "{err}");
+}
+
+#[test]
+fn missing_channels_and_unknown_custom_stages_are_clear_errors() {
+    let job1 = job(
+        r#"{ format = "image-folder", channel = "train" }"#,
+        4,
+        DECODE_RESIZE,
+    );
+    let err = Engine::new(&job1, &StageRegistry::builtin(), &BTreeMap::new(), Some(1))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("channel `train`"), "{err}");
+    let custom = r#"
+[[pipeline.stage]]
+op = "custom"
+name = "sharpen"
+"#;
+    let job2 = job(
+        r#"{ format = "synthetic", shape = [8, 8, 3], classes = 2, samples = 10 }"#,
+        4,
+        custom,
+    );
+    let err = Engine::new(&job2, &StageRegistry::builtin(), &BTreeMap::new(), Some(1))
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("`sharpen` is not registered (known: invert)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn custom_stages_run_from_the_registry() {
+    let custom = r#"
+[[pipeline.stage]]
+op = "custom"
+name = "invert"
+"#;
+    let plain = job(
+        r#"{ format = "synthetic", shape = [6, 6, 3], classes = 2, samples = 10 }"#,
+        4,
+        "",
+    );
+    let inverted = job(
+        r#"{ format = "synthetic", shape = [6, 6, 3], classes = 2, samples = 10 }"#,
+        4,
+        custom,
+    );
+    let none = BTreeMap::new();
+    let a = shard(&engine(&plain, &none, 1), 0, &[3], 1);
+    let b = shard(&engine(&inverted, &none, 1), 0, &[3], 1);
+    assert!(
+        a[0].images
+            .iter()
+            .zip(&b[0].images)
+            .all(|(x, y)| *x == 255 - *y)
+    );
+}
+
+const AUGMENT: &str = r#"
+[[pipeline.stage]]
+op = "decode"
+[[pipeline.stage]]
+op = "random_resized_crop"
+size = [12, 12]
+[[pipeline.stage]]
+op = "horizontal_flip"
+[[pipeline.stage]]
+op = "color_jitter"
+brightness = 0.3
+contrast = 0.3
+saturation = 0.3
+[[pipeline.stage]]
+op = "random_erasing"
+p = 0.5
+"#;
+
+#[test]
+fn a_sample_does_not_depend_on_thread_count_batch_or_position() {
+    let job = job(
+        r#"{ format = "synthetic", shape = [20, 24, 3], classes = 3, samples = 40, encoding = "jpeg" }"#,
+        4,
+        AUGMENT,
+    );
+    let none = BTreeMap::new();
+    let one = engine(&job, &none, 1);
+    let two = engine(&job, &none, 2);
+    let by_id = |batches: Vec<Batch>| -> BTreeMap<u64, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        for b in batches {
+            for (i, id) in b.sample_ids.iter().enumerate() {
+                out.insert(
+                    *id,
+                    b.images[i * 12 * 12 * 3..(i + 1) * 12 * 12 * 3].to_vec(),
+                );
+            }
+        }
+        out
+    };
+    let a = by_id(shard(&one, 1, &[5, 9, 2, 30, 7], 2));
+    let b = by_id(shard(&two, 1, &[30, 7, 5, 2, 9], 5));
+    assert_eq!(a, b);
+    // Another epoch draws other augmentations.
+    let c = by_id(shard(&one, 2, &[5, 9, 2, 30, 7], 5));
+    assert_ne!(a, c);
+}
+
+#[test]
+fn local_input_resumes_exactly_after_a_position() {
+    let job = job(
+        r#"{ format = "synthetic", shape = [4, 4, 1], classes = 2, samples = 55 }"#,
+        4,
+        "",
+    );
+    let engine = Arc::new(engine(&job, &BTreeMap::new(), 1));
+    let config = InputConfig {
+        seed: 5,
+        samples_per_epoch: 55,
+        shard_size: 10,
+        batch_size: 4,
+        epochs: Some(2),
+        rank: 0,
+        world: 1,
+        deterministic: true,
+    };
+    let all: Vec<Batch> = {
+        let mut input = LocalInput::new(engine.clone(), config.clone(), None);
+        std::iter::from_fn(|| input.next_batch())
+            .map(Result::unwrap)
+            .collect()
+    };
+    // 6 shards per epoch: 5 of 10 samples (3 batches) and one of 5 (2 batches).
+    assert_eq!(all.len(), 2 * (5 * 3 + 2));
+    for cut in [1, 7, 17, 20] {
+        let mut first = LocalInput::new(engine.clone(), config.clone(), None);
+        for _ in 0..cut {
+            first.next_batch().unwrap().unwrap();
+        }
+        let position = first.position();
+        drop(first);
+        let mut rest = LocalInput::new(engine.clone(), config.clone(), Some(position));
+        let tail: Vec<Batch> = std::iter::from_fn(|| rest.next_batch())
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(tail, all[cut..], "resumed after {cut} batches");
+    }
+}
+
+/// decode → center_crop → horizontal_flip (always) → resize 6×6 → gaussian_blur on a PNG
+/// fixture, compared byte for byte with `tests/golden/fixture-6x6.hex`. Regenerate with
+/// `HETGEN_UPDATE_GOLDEN=1` after an intended change, and say why in the commit.
+#[test]
+fn golden_output_on_a_fixture_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("only");
+    std::fs::create_dir_all(&class).unwrap();
+    std::fs::write(
+        class.join("fixture.png"),
+        encode_png(&gradient(17, 23, 3, 9)).unwrap(),
+    )
+    .unwrap();
+    let stages = r#"
+[[pipeline.stage]]
+op = "decode"
+[[pipeline.stage]]
+op = "center_crop"
+size = [15, 15]
+[[pipeline.stage]]
+op = "horizontal_flip"
+p = 1.0
+[[pipeline.stage]]
+op = "resize"
+size = [6, 6]
+[[pipeline.stage]]
+op = "gaussian_blur"
+kernel = 3
+sigma = [0.8, 0.8]
+"#;
+    let job = job(
+        r#"{ format = "image-folder", channel = "train" }"#,
+        1,
+        stages,
+    );
+    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
+    let batch = shard(&engine(&job, &channels, 1), 0, &[0], 1).remove(0);
+    let hex: String = batch
+        .images
+        .chunks(18)
+        .map(|row| row.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
+        .collect();
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/fixture-6x6.hex");
+    if std::env::var_os("HETGEN_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, &hex).unwrap();
+    }
+    assert_eq!(
+        hex,
+        std::fs::read_to_string(&golden).expect("golden file; run with HETGEN_UPDATE_GOLDEN=1")
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn any_crop_gives_the_output_shape_deterministically(
+        h in 6u32..48, w in 6u32..48, c in prop::sample::select(vec![1u32, 3]),
+        out_h in 2u32..24, out_w in 2u32..24, lo in 0.05f64..0.9, id in 0u64..1000,
+    ) {
+        let stages = format!(r#"
+[[pipeline.stage]]
+op = "decode"
+channels = {c}
+[[pipeline.stage]]
+op = "random_resized_crop"
+size = [{out_h}, {out_w}]
+scale = [{lo}, 1.0]
+[[pipeline.stage]]
+op = "horizontal_flip"
+"#);
+        let job = job(&format!(r#"{{ format = "synthetic", shape = [{h}, {w}, 3], classes = 4, samples = 1000, encoding = "png" }}"#), 1, &stages);
+        let engine = engine(&job, &BTreeMap::new(), 1);
+        let (image, label) = engine.sample(3, id).unwrap();
+        prop_assert_eq!(image.shape(), [out_h, out_w, c]);
+        prop_assert_eq!(image.data.len(), (out_h * out_w * c) as usize);
+        prop_assert_eq!(label, (id % 4) as i64);
+        prop_assert_eq!(engine.sample(3, id).unwrap().0, image);
+    }
+}
