@@ -1,0 +1,178 @@
+//! Throughput of ready batches from one and two data servers into one client over loopback,
+//! beside a plain TCP socket moving the same bytes in the same run.
+//!
+//! `cargo run --release -p hetgen-data --example stream_bench [SECONDS]`
+//!
+//! "Ready" batches: the source hands out a prepared 224×224×3 image, so the measurement is the
+//! service (gRPC framing, HTTP/2 flow control, checksums, the scheduler, the copy into the
+//! trainer's batch), not the preprocessing.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hetgen_data::client::{Client, ClientConfig};
+use hetgen_data::server::{ServerConfig, serve};
+use hetgen_pipeline::image::{Image, Payload, Sample};
+use hetgen_pipeline::source::Source;
+use hetgen_pipeline::{BatchStream, Engine, InputConfig, StageRegistry};
+
+const TOKEN: &str = "bench-token-0123456789abcdef";
+const SPEC: &str = r#"
+version = 1
+[job]
+name = "stream-bench"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 2
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[pipeline]
+source = { format = "synthetic", shape = [224, 224, 3], classes = 10, samples = 100000 }
+batch_size = 128
+shard_size = 1024
+[trainer]
+model = "resnet18"
+steps = 1
+"#;
+
+struct Ready(Image);
+
+impl Source for Ready {
+    fn len(&self) -> u64 {
+        100_000
+    }
+    fn read(&self, id: u64) -> Result<Sample, String> {
+        Ok(Sample {
+            label: (id % 10) as i64,
+            payload: Payload::Pixels(self.0.clone()),
+        })
+    }
+}
+
+fn server(job: &hetgen_spec::model::Job, name: &str) -> std::net::SocketAddr {
+    let source = Box::new(Ready(Image {
+        height: 224,
+        width: 224,
+        channels: 3,
+        data: vec![7; 224 * 224 * 3],
+    }));
+    let engine = Arc::new(
+        Engine::with_source(job, source, &StageRegistry::builtin(), Some(1)).expect("engine"),
+    );
+    let config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &engine);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            tx.send(listener.local_addr().expect("address"))
+                .expect("send");
+            let _ = serve(engine, config, listener, std::future::pending()).await;
+        });
+    });
+    rx.recv().expect("server address")
+}
+
+fn grpc(job: &hetgen_spec::model::Job, servers: usize, budget: Duration) -> f64 {
+    let hosts: Vec<(String, u16)> = (0..servers)
+        .map(|i| server(job, &format!("algo-{}", i + 1)))
+        .map(|a| (a.ip().to_string(), a.port()))
+        .collect();
+    let client = Client::connect(
+        &hosts,
+        job.pipeline.output_shape,
+        ClientConfig::new("bench".into(), TOKEN.into()),
+    )
+    .expect("connect");
+    let config = InputConfig {
+        seed: 1,
+        samples_per_epoch: client.samples_per_epoch(),
+        shard_size: job.pipeline.shard_size,
+        batch_size: job.pipeline.batch_size,
+        epochs: None,
+        rank: 0,
+        world: 1,
+        deterministic: false,
+    };
+    let mut stream = client.stream(config, None);
+    for _ in 0..4 {
+        stream.next_batch().expect("batch").expect("no error");
+    }
+    let (start, mut bytes) = (Instant::now(), 0usize);
+    while start.elapsed() < budget {
+        bytes += stream
+            .next_batch()
+            .expect("batch")
+            .expect("no error")
+            .images
+            .len();
+    }
+    let rate = bytes as f64 / start.elapsed().as_secs_f64();
+    drop(stream);
+    client.shutdown("benchmark over");
+    rate
+}
+
+fn tcp(batch_bytes: usize, budget: Duration) -> f64 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().expect("accept");
+        let batch = vec![7u8; batch_bytes];
+        while socket.write_all(&batch).is_ok() {}
+    });
+    let mut socket = std::net::TcpStream::connect(address).expect("connect");
+    // Like the client, the reader ends up with an owned batch: read into a fresh buffer.
+    let (start, mut bytes) = (Instant::now(), 0usize);
+    while start.elapsed() < budget {
+        let mut batch = vec![0u8; batch_bytes];
+        socket.read_exact(&mut batch).expect("read");
+        bytes += batch.len();
+    }
+    bytes as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let seconds: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let budget = Duration::from_secs_f64(seconds);
+    let job = hetgen_spec::check("stream-bench.toml", SPEC)
+        .job
+        .expect("valid bench spec");
+    let batch_bytes = 128 * 224 * 224 * 3;
+    let plain = tcp(batch_bytes, budget);
+    let one = grpc(&job, 1, budget);
+    let two = grpc(&job, 2, budget);
+    let gb = |r: f64| r / 1e9;
+    println!(
+        "batches of 128 × 224×224×3 u8 ({:.1} MB) over loopback, {seconds} s each",
+        batch_bytes as f64 / 1e6
+    );
+    println!("| path | GB/s | vs plain TCP |");
+    println!("|---|---:|---:|");
+    println!("| plain TCP socket | {:.2} | 1.00 |", gb(plain));
+    println!(
+        "| hetgen data service, 1 server | {:.2} | {:.2} |",
+        gb(one),
+        one / plain
+    );
+    println!(
+        "| hetgen data service, 2 servers | {:.2} | {:.2} |",
+        gb(two),
+        two / plain
+    );
+}
