@@ -13,6 +13,18 @@ use hetgen_data::server::StopReason;
 use hetgen_pipeline::BatchStream;
 use tonic::Code;
 
+/// Many epochs through one server with the fewest credits: a credit lost at any epoch
+/// boundary would stall the stream long before the end.
+#[test]
+fn credits_survive_many_epoch_boundaries() {
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |c| c.max_inflight_shards = 1);
+    let client = connect(&job, &hosts(&[&server]));
+    let mut stream = client.stream(input(&job, &client, 12, false), None);
+    let batches = drain(&mut stream);
+    assert_exactly_once(&batches, 12, 600);
+}
+
 #[test]
 fn three_servers_yield_every_sample_once_per_epoch() {
     let job = job();

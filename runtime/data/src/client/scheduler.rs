@@ -156,7 +156,13 @@ impl Scheduler {
             while cursor < shards.len() && shards[cursor].yielded == shards[cursor].total {
                 cursor += 1;
             }
-            if shards.iter().all(|s| s.yielded == s.total) {
+            // The epoch ends when every batch was yielded *and* every stream of it reported its
+            // end: a stream's Ended event can trail its last batch, and returning before it
+            // arrives would leak that server's credit for good (after a few epochs, every
+            // credit, and the stream would stall).
+            if shards.iter().all(|s| s.yielded == s.total)
+                && self.slots.iter().all(|s| s.inflight == 0)
+            {
                 return Ok(true);
             }
             self.assign(epoch, &mut queue, &shards, cursor, &events_tx);
