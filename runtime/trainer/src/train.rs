@@ -1,0 +1,268 @@
+//! The training loop.
+
+use std::path::Path;
+use std::time::Instant;
+
+use hetgen_pipeline::{BatchStream, BoxError, Position};
+use hetgen_spec::model::{Job, Length, Precision};
+
+use crate::checkpoint::{self, Identity, Progress};
+use crate::device::{Placement, step_seed};
+use crate::input::{Check, Prefetcher};
+use crate::metrics::{StepRecord, Timings, emit, step_line};
+use crate::models::{MODEL_FILE, ModelInfo, model_name};
+use crate::optim::Optimizer;
+use crate::replicas::{LossScale, Replicas};
+use crate::schedule::LrSchedule;
+use crate::{Options, Paths, SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary, TrainError};
+
+/// Trains `job`'s model on the batches `open` streams, resuming from the checkpoint in
+/// `paths.checkpoint_dir` when there is one.
+///
+/// `open(None)` must stream from the start; `open(Some(position))` right after `position`.
+/// Prints a metric line every `log_every` steps and after the last, checkpoints every
+/// `checkpoint_every` steps and at the end, then writes the model into `paths.model_dir`, and the
+/// [`Summary`] into `paths.output_data_dir` and on stdout.
+///
+/// Reproducibility: with the same job and batches, CPU runs give the same losses and weights,
+/// resumed or not. torch's generator is process-global, so this holds only while no other
+/// thread of the process uses torch's random numbers during the run.
+pub fn train(
+    job: &Job,
+    paths: &Paths,
+    options: &Options,
+    open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>,
+) -> Result<Summary, TrainError> {
+    train_observed(job, paths, options, open, &mut |_| {})
+}
+
+/// [`train`], calling `observe` after every step (tests and tools use it to follow the losses).
+pub fn train_observed(
+    job: &Job,
+    paths: &Paths,
+    options: &Options,
+    open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>,
+    observe: &mut dyn FnMut(&StepRecord),
+) -> Result<Summary, TrainError> {
+    let trainer = &job.trainer;
+    let info = ModelInfo::of_job(job);
+    let placement =
+        Placement::resolve(options.device.unwrap_or(trainer.device), trainer.precision)?;
+    if placement.is_cuda() {
+        // Fixed-shape batches: let cuDNN pick the fastest kernels, unless runs must repeat.
+        tch::Cuda::cudnn_set_benchmark(!trainer.deterministic);
+    }
+    let mut replicas = Replicas::new(&info, &placement, job.seed)?;
+    let mut optimizer = Optimizer::new(&trainer.optimizer, &replicas.named_params())?;
+    let mut schedule = LrSchedule::for_job(job);
+    let identity = Identity::of_job(job);
+    tracing::info!(
+        model = model_name(trainer.model),
+        device = placement.name(),
+        replicas = replicas.len(),
+        precision = ?placement.precision,
+        "trainer ready"
+    );
+
+    let mut progress = Progress {
+        step: 0,
+        samples: 0,
+        epochs_started: 0,
+        epoch0_batches: None,
+        last_loss: 0.0,
+        loss_scale: (placement.precision == Precision::Fp16).then(LossScale::new),
+    };
+    let mut position = Position::default();
+    let resumed = match checkpoint::find(&paths.checkpoint_dir, &identity)? {
+        None => None,
+        Some(found) => {
+            let corrupt = |why: String| TrainError::CorruptCheckpoint {
+                path: found.dir.clone(),
+                why,
+            };
+            let weights = found.dir.join(checkpoint::WEIGHTS_FILE);
+            replicas
+                .load(&weights)
+                .map_err(|e| corrupt(format!("{}: {e}", checkpoint::WEIGHTS_FILE)))?;
+            let state_file = found.dir.join(checkpoint::OPTIMIZER_FILE);
+            let tensors =
+                tch::Tensor::load_multi_with_device(&state_file, replicas.primary().device())
+                    .map_err(|e| corrupt(format!("{}: {e}", checkpoint::OPTIMIZER_FILE)))?;
+            optimizer
+                .load_state(tensors)
+                .map_err(|e| corrupt(format!("{}: {e}", checkpoint::OPTIMIZER_FILE)))?;
+            let loss_scale = progress.loss_scale;
+            progress = found.state.progress;
+            // A checkpoint from another precision keeps this run's loss-scale choice.
+            progress.loss_scale = match (loss_scale, progress.loss_scale) {
+                (Some(fresh), saved) => Some(saved.unwrap_or(fresh)),
+                (None, _) => None,
+            };
+            position = found.state.position;
+            tracing::info!(step = progress.step, dir = %found.dir.display(), "resuming from a checkpoint");
+            Some(progress.step)
+        }
+    };
+    if let (Some(batches), Length::Epochs(epochs)) = (progress.epoch0_batches, trainer.length) {
+        schedule.learn_epoch_length(batches, epochs);
+    }
+
+    let stream = open(resumed.map(|_| position.clone())).map_err(TrainError::Input)?;
+    let check = Check {
+        shape: info.input_shape,
+        classes: info.num_classes,
+        pin: placement.is_cuda(),
+    };
+    let mut prefetch = Prefetcher::spawn(stream, check)?;
+    let target = match trainer.length {
+        Length::Steps(n) => Some(n),
+        Length::Epochs(_) => None,
+    };
+    let log_every = trainer.log_every.max(1);
+    let mut timings = Timings::default();
+    let mut last_record: Option<StepRecord> = None;
+    let mut logged = progress.step;
+    let mut checkpointed = resumed;
+
+    loop {
+        if target.is_some_and(|n| progress.step >= n) {
+            break;
+        }
+        let started = Instant::now();
+        let item = match prefetch.next() {
+            Some(item) => item?,
+            None => {
+                if let Some(n) = target {
+                    tracing::warn!(
+                        step = progress.step,
+                        target = n,
+                        "the input ended before the step budget; stopping early"
+                    );
+                }
+                break;
+            }
+        };
+        let wait = started.elapsed();
+        let batch = item.batch;
+        if batch.epoch > 0 && progress.epoch0_batches.is_none() {
+            progress.epoch0_batches = Some(progress.step);
+            if let Length::Epochs(epochs) = trainer.length {
+                schedule.learn_epoch_length(progress.step, epochs);
+            }
+        }
+        progress.epochs_started = progress.epochs_started.max(batch.epoch + 1);
+
+        tch::manual_seed(step_seed(job.seed, progress.step));
+        let lr = schedule.lr(progress.step);
+        let scale = progress.loss_scale.map_or(1.0, |s| s.scale);
+        let backward = replicas.backward(&batch, scale)?;
+        let step = progress.step + 1;
+        if !backward.loss.is_finite() {
+            return Err(TrainError::NonFinite {
+                step,
+                loss: backward.loss,
+            });
+        }
+        if backward.overflow {
+            tracing::debug!(
+                step,
+                scale,
+                "fp16 gradients overflowed; skipping the update"
+            );
+        } else {
+            optimizer.step(&replicas.params(), &backward.grads, lr)?;
+            replicas.broadcast()?;
+        }
+        if let Some(loss_scale) = &mut progress.loss_scale {
+            loss_scale.update(backward.overflow);
+        }
+        progress.step = step;
+        progress.samples += batch.len as u64;
+        progress.last_loss = backward.loss;
+        position = item.position;
+
+        let elapsed = started.elapsed();
+        let record = StepRecord {
+            step,
+            epoch: batch.epoch,
+            loss: backward.loss,
+            lr,
+            samples: batch.len,
+            step_ms: elapsed.as_secs_f64() * 1000.0,
+            wait_ms: wait.as_secs_f64() * 1000.0,
+        };
+        timings.push(&record);
+        observe(&record);
+        if step.is_multiple_of(log_every) || target == Some(step) {
+            emit(&step_line(&record));
+            logged = step;
+        }
+        last_record = Some(record);
+        if trainer
+            .checkpoint_every
+            .is_some_and(|k| k > 0 && step.is_multiple_of(k))
+        {
+            let state = checkpoint::state(&identity, &progress, &position);
+            checkpoint::write(
+                &paths.checkpoint_dir,
+                &state,
+                replicas.primary(),
+                &optimizer,
+            )?;
+            checkpointed = Some(step);
+        }
+    }
+    prefetch.stop()?;
+    if let Some(record) = last_record.as_ref().filter(|r| r.step != logged) {
+        emit(&step_line(record));
+    }
+    if checkpointed != Some(progress.step) {
+        let state = checkpoint::state(&identity, &progress, &position);
+        checkpoint::write(
+            &paths.checkpoint_dir,
+            &state,
+            replicas.primary(),
+            &optimizer,
+        )?;
+    }
+    save_model(&paths.model_dir, &info, &replicas)?;
+
+    let timing = timings.summary();
+    let summary = Summary {
+        steps: progress.step,
+        epochs_started: progress.epochs_started,
+        samples: progress.samples,
+        mean_step_ms: timing.mean_step_ms,
+        mean_wait_ms: timing.mean_wait_ms,
+        stall_fraction: timing.stall_fraction,
+        samples_per_s: timing.samples_per_s,
+        final_loss: progress.last_loss,
+        device: placement.name().to_owned(),
+        model: model_name(trainer.model).to_owned(),
+        replicas: replicas.len(),
+        resumed_from_step: resumed,
+    };
+    write_summary(&paths.output_data_dir, &summary)?;
+    Ok(summary)
+}
+
+/// Writes [`MODEL_FILE`] and the model description into `dir`.
+fn save_model(dir: &Path, info: &ModelInfo, replicas: &Replicas) -> Result<(), TrainError> {
+    std::fs::create_dir_all(dir).map_err(TrainError::io("create", dir))?;
+    replicas.primary().save(&dir.join(MODEL_FILE))?;
+    info.write(dir)
+}
+
+/// Writes [`SUMMARY_FILE`] into `dir` and prints the summary line.
+fn write_summary(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
+    let path = dir.join(SUMMARY_FILE);
+    let json = serde_json::to_string(summary).map_err(|e| TrainError::Io {
+        what: "serialize",
+        path: path.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    std::fs::create_dir_all(dir).map_err(TrainError::io("create", dir))?;
+    std::fs::write(&path, format!("{json}\n")).map_err(TrainError::io("write", &path))?;
+    emit(&format!("{SUMMARY_LINE_PREFIX} {json}"));
+    Ok(())
+}
