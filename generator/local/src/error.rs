@@ -1,0 +1,127 @@
+//! Why a local run could not start. A job that starts and then fails is not an error here: it
+//! ends with a [`crate::JobRecord`] whose status says so.
+
+use std::path::PathBuf;
+
+/// A local run that could not be set up.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum LocalError {
+    /// More hosts than a loopback block holds.
+    #[error(
+        "the job has {hosts} hosts; a local run holds at most {}",
+        crate::layout::MAX_HOSTS
+    )]
+    #[diagnostic(
+        code(hetgen::local::too_many_hosts),
+        help("lower the groups' `count` for the local run")
+    )]
+    TooManyHosts { hosts: usize },
+    /// A channel has no folder on this machine.
+    #[error("channel `{channel}` is only in `{uri}`, which a local run cannot read")]
+    #[diagnostic(
+        code(hetgen::local::remote_channel),
+        help("give the channel a `local_path` with a copy of the data, then `hetgen render`")
+    )]
+    RemoteChannel { channel: String, uri: String },
+    /// A channel's local folder is missing or unreadable.
+    #[error("cannot read channel `{channel}`'s folder `{}`", path.display())]
+    #[diagnostic(
+        code(hetgen::local::channel_folder),
+        help(
+            "create the folder, or fix the channel's `local_path` (relative to the spec's folder)"
+        )
+    )]
+    ChannelFolder {
+        channel: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the job folder failed.
+    #[error("cannot write `{}`", path.display())]
+    #[diagnostic(
+        code(hetgen::local::write),
+        help("check that the folder is writable and not in use")
+    )]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--env` without `=`.
+    #[error("`{flag}` is not `KEY=VALUE`")]
+    #[diagnostic(code(hetgen::local::env), help("write `--env NAME=value`"))]
+    BadEnvFlag { flag: String },
+    /// The operating system's random generator failed.
+    #[error("cannot make a job token: {message}")]
+    #[diagnostic(code(hetgen::local::random))]
+    Random { message: String },
+    /// CPU sets cannot be given as asked.
+    #[error("{message}")]
+    #[diagnostic(
+        code(hetgen::local::cpus),
+        help("use fewer CPUs per host, or leave out `--cpus-per-host` and `--cpus-from-catalog`")
+    )]
+    Cpus { message: String },
+    /// Cargo is not there.
+    #[error("cannot run `{}` to build the launcher", cargo.display())]
+    #[diagnostic(
+        code(hetgen::local::no_cargo),
+        help(
+            "install Rust (https://rustup.rs), set `CARGO`, or pass a built launcher with `--launcher PATH`"
+        )
+    )]
+    NoCargo {
+        cargo: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The hetgen runtime source the launcher builds against is missing.
+    #[error("the hetgen runtime source is not at `{}`", path.display())]
+    #[diagnostic(
+        code(hetgen::local::runtime_source),
+        help(
+            "set `HETGEN_RUNTIME_PATH` to the `runtime/launch` folder of a hetgen checkout, or pass `--launcher PATH`"
+        )
+    )]
+    RuntimeSource { path: PathBuf },
+    /// Cargo failed to build the launcher; its output was shown.
+    #[error("building the launcher in `{}` failed ({status})", dir.display())]
+    #[diagnostic(
+        code(hetgen::local::build),
+        help(
+            "the compiler's messages are above; a custom stage in `launcher/src/main.rs` is the usual cause"
+        )
+    )]
+    Build { dir: PathBuf, status: String },
+    /// `--launcher` names nothing runnable.
+    #[error("the launcher `{}` is not an executable file", path.display())]
+    #[diagnostic(
+        code(hetgen::local::launcher),
+        help(
+            "pass a built launcher binary (`cargo build` in the rendered `launcher/` folder), or leave out `--launcher`"
+        )
+    )]
+    Launcher { path: PathBuf },
+    /// A host process could not be started.
+    #[error("cannot start host `{host}` (`{}`)", program.display())]
+    #[diagnostic(code(hetgen::local::spawn))]
+    Spawn {
+        host: String,
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl LocalError {
+    /// Whether the machine, not the spec or the job, is what is missing something.
+    pub fn is_environment(&self) -> bool {
+        matches!(
+            self,
+            LocalError::NoCargo { .. }
+                | LocalError::RuntimeSource { .. }
+                | LocalError::Launcher { .. }
+        )
+    }
+}

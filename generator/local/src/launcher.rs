@@ -1,0 +1,187 @@
+//! Building the rendered launcher crate, once, into a target folder shared between runs.
+//!
+//! The launcher depends on `hetgen-runtime = "0.1.0"` from crates.io, which SageMaker images get
+//! from the registry; on this machine the runtime comes from the hetgen source tree instead, by
+//! a `[patch.crates-io]` given on the command line (the rendered files stay as they are, so
+//! `hetgen render --check` keeps passing).
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::LocalError;
+
+/// Overrides where the runtime source is (a `runtime/launch` folder).
+pub const RUNTIME_PATH_VAR: &str = "HETGEN_RUNTIME_PATH";
+
+/// How to build one rendered launcher.
+#[derive(Debug, Clone)]
+pub struct LauncherBuild {
+    /// The rendered `launcher/` folder (holding Cargo.toml).
+    pub crate_dir: PathBuf,
+    /// The `runtime/launch` folder of a hetgen source tree.
+    pub runtime: PathBuf,
+    /// Cargo's target folder, shared between runs and jobs so dependencies build once.
+    pub target_dir: PathBuf,
+    /// Build with optimizations.
+    pub release: bool,
+    /// The cargo to run.
+    pub cargo: PathBuf,
+}
+
+impl LauncherBuild {
+    /// The defaults: `$HETGEN_RUNTIME_PATH`, else the tree this hetgen was built from;
+    /// `$CARGO_TARGET_DIR`, else `~/.cache/hetgen/launcher-target`; `$CARGO`, else `cargo`.
+    pub fn new(crate_dir: PathBuf, release: bool) -> LauncherBuild {
+        let runtime = std::env::var_os(RUNTIME_PATH_VAR)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/launch"));
+        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let home =
+                    std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+                home.join(".cache/hetgen/launcher-target")
+            });
+        let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
+        LauncherBuild {
+            crate_dir,
+            runtime,
+            target_dir,
+            release,
+            cargo,
+        }
+    }
+
+    /// Where cargo puts the binary.
+    pub fn binary(&self) -> PathBuf {
+        self.target_dir
+            .join(if self.release { "release" } else { "debug" })
+            .join("launcher")
+    }
+
+    /// Builds the launcher, telling `on_line` each line cargo prints, and returns a path to the
+    /// binary that later builds of other jobs (same target folder, same binary name) do not
+    /// replace: a hard link (or copy) `keep_as`.
+    pub fn build(
+        &self,
+        keep_as: &Path,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<PathBuf, LocalError> {
+        let runtime = self
+            .runtime
+            .canonicalize()
+            .ok()
+            .filter(|p| p.join("Cargo.toml").is_file())
+            .ok_or_else(|| LocalError::RuntimeSource {
+                path: self.runtime.clone(),
+            })?;
+        self.seed_lock_file(&runtime)?;
+        let patch = format!(
+            "patch.crates-io.hetgen-runtime.path={}",
+            toml_string(&runtime.display().to_string())
+        );
+        let mut cmd = Command::new(&self.cargo);
+        cmd.arg("build")
+            .arg("--manifest-path")
+            .arg(self.crate_dir.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&self.target_dir)
+            .args(["--config", &patch])
+            // The hetgen workspace builds with line tables only; matching it lets the two share
+            // compiled dependencies in one target folder, and keeps the binary small.
+            .args(["--config", "profile.dev.debug=\"line-tables-only\""])
+            .args(["--color", "never"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if self.release {
+            cmd.arg("--release");
+        }
+        let mut child = cmd.spawn().map_err(|source| LocalError::NoCargo {
+            cargo: self.cargo.clone(),
+            source,
+        })?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        for line in BufReader::new(stderr).lines() {
+            match line {
+                Ok(line) => on_line(&line),
+                Err(_) => break,
+            }
+        }
+        let status = child.wait().map_err(|source| LocalError::NoCargo {
+            cargo: self.cargo.clone(),
+            source,
+        })?;
+        if !status.success() {
+            return Err(LocalError::Build {
+                dir: self.crate_dir.clone(),
+                status: status.to_string(),
+            });
+        }
+        keep(&self.binary(), keep_as)?;
+        Ok(keep_as.to_owned())
+    }
+
+    /// Starts the launcher's lock file from the hetgen workspace's, so it resolves the same
+    /// versions the runtime was tested with and reuses what the workspace compiled.
+    fn seed_lock_file(&self, runtime: &Path) -> Result<(), LocalError> {
+        let lock = self.crate_dir.join("Cargo.lock");
+        let workspace_lock = runtime.join("../../Cargo.lock");
+        if lock.exists() || !workspace_lock.is_file() {
+            return Ok(());
+        }
+        std::fs::copy(&workspace_lock, &lock)
+            .map(|_| ())
+            .map_err(|source| LocalError::Write { path: lock, source })
+    }
+}
+
+/// Checks that `path` is a file this user may execute.
+pub fn check_executable(path: &Path) -> Result<PathBuf, LocalError> {
+    let bad = || LocalError::Launcher {
+        path: path.to_owned(),
+    };
+    let meta = std::fs::metadata(path).map_err(|_| bad())?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(bad());
+    }
+    path.canonicalize().map_err(|_| bad())
+}
+
+fn keep(binary: &Path, keep_as: &Path) -> Result<(), LocalError> {
+    let write_error = |source| LocalError::Write {
+        path: keep_as.to_owned(),
+        source,
+    };
+    if let Some(parent) = keep_as.parent() {
+        std::fs::create_dir_all(parent).map_err(write_error)?;
+    }
+    match std::fs::remove_file(keep_as) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(write_error(e)),
+    }
+    // A hard link costs nothing and keeps this build's file even when cargo relinks the name;
+    // across file systems it has to be a copy.
+    if std::fs::hard_link(binary, keep_as).is_err() {
+        std::fs::copy(binary, keep_as).map_err(write_error)?;
+    }
+    Ok(())
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,276 @@
+//! `hetgen deploy --local`: a heterogeneous SageMaker training job as a simulated cluster on one
+//! machine, one process per host.
+//!
+//! SageMaker's own local mode refuses heterogeneous clusters. This crate runs the exact rendered
+//! job instead, so it can be debugged before it costs anything:
+//!
+//! - [`layout`]: host names `algo-1..N` handed out over the groups in shuffled order (as SageMaker
+//!   does), one loopback address per host, and one `/opt/ml` tree per host in the job folder with
+//!   `resourceconfig.json`, `hyperparameters.json`, `inputdataconfig.json` and the channels, plus
+//!   the environment (`SAGEMAKER_BASE_DIR`, `SM_*`, `HETGEN_*`) every host process gets.
+//! - [`launcher`]: building the rendered launcher crate against this hetgen's runtime, cached.
+//! - [`cpus`]: optional CPU sets per host, so runs of different clusters compare fairly.
+//! - [`supervise`]: running the hosts and ending the job as SageMaker would (Completed, Failed,
+//!   Stopped), leaving no process behind.
+//! - [`record`]: `job-record.json` in the job folder.
+//!
+//! # Host isolation: loopback addresses, not network namespaces
+//!
+//! Each host gets its own address in a `127.x.y.0/24` block chosen at random per run (Linux
+//! routes all of `127.0.0.0/8` to the loopback interface, with no setup), and its name resolves
+//! to it through a hosts file named by `HETGEN_HOSTS_FILE` that the runtime reads before DNS.
+//! Every data server can then listen on the same port (16000) as on SageMaker, and a host that
+//! connects to the wrong name fails as it would there. Network namespaces would isolate more
+//! (a host could not reach another's port through `127.0.0.1`), but they need `CAP_SYS_ADMIN`
+//! or unprivileged user namespaces, which CI containers and many laptops do not grant; a local
+//! run that only works as root would not be run. The hetgen runtime only ever connects to
+//! resolved host names, so the extra isolation would test nothing it does.
+//!
+//! Linux only: process groups and `PR_SET_PDEATHSIG` keep processes from outliving the run, and
+//! `sched_setaffinity` gives CPU sets.
+
+pub mod cpus;
+mod error;
+pub mod launcher;
+pub mod layout;
+pub mod progress;
+pub mod record;
+pub mod supervise;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use hetgen_spec::Job;
+use hetgen_spec::model::Role;
+
+pub use cpus::CpuPolicy;
+pub use error::LocalError;
+pub use launcher::LauncherBuild;
+pub use layout::{Cluster, Host, JobEnvironment, Layout};
+pub use progress::Step;
+pub use record::{HostRecord, JobRecord};
+pub use supervise::{Exit, HostCommand, Limits, Observer, Outcome, Status, StopRequests, Stream};
+
+/// The data service's port unless `HETGEN_DATA_PORT` says otherwise (as in `hetgen-env`).
+pub const DEFAULT_DATA_PORT: u16 = 16000;
+
+/// Everything a run needs besides the job.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The job folder to create (it must not exist).
+    pub job_dir: PathBuf,
+    /// The program every host runs as `PROGRAM train`.
+    pub launcher: PathBuf,
+    /// The rendered job.json.
+    pub job_file: PathBuf,
+    /// The spec's folder: relative channel paths start there.
+    pub spec_dir: PathBuf,
+    /// The caller's environment (filtered by [`layout::inherited_environment`]).
+    pub caller_env: BTreeMap<String, String>,
+    /// `--env` flags, after the spec's environment.
+    pub env: Vec<(String, String)>,
+    /// CPU sets.
+    pub cpus: CpuPolicy,
+    /// Max runtime and grace period.
+    pub limits: Limits,
+    /// Seeds the host shuffle and address choice; `None` for a fresh one per run.
+    pub seed: Option<u64>,
+}
+
+/// A run set up on disk, ready to start.
+#[derive(Debug, Clone)]
+pub struct LocalJob {
+    /// The job's name.
+    pub name: String,
+    /// The files of the run.
+    pub layout: Layout,
+    /// One per host, `algo-1` first.
+    pub commands: Vec<HostCommand>,
+    /// The program every host runs.
+    pub launcher: PathBuf,
+    /// Max runtime and grace period.
+    pub limits: Limits,
+}
+
+/// The spec's max runtime, when it has a `[sagemaker]` section.
+pub fn spec_max_runtime(job: &Job) -> Option<Duration> {
+    job.sagemaker
+        .as_ref()
+        .map(|sm| Duration::from_secs(sm.max_runtime_s))
+}
+
+/// `<job_root>/local/<job>-<timestamp>`, with `-2`, `-3`, … when runs start within a second.
+pub fn default_job_dir(job_root: &Path, name: &str, now: SystemTime) -> PathBuf {
+    let stem = format!("{name}-{}", record::compact_timestamp(now));
+    let local = job_root.join("local");
+    let mut dir = local.join(&stem);
+    let mut n = 2;
+    while dir.exists() {
+        dir = local.join(format!("{stem}-{n}"));
+        n += 1;
+    }
+    dir
+}
+
+/// Lays out the run of `job` on disk and works out each host's command.
+pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
+    let mut rng = match options.seed {
+        Some(seed) => fastrand::Rng::with_seed(seed),
+        None => fastrand::Rng::new(),
+    };
+    let mut variables: Vec<(String, String)> = job
+        .sagemaker
+        .as_ref()
+        .map(|sm| sm.environment.clone().into_iter().collect())
+        .unwrap_or_default();
+    variables.extend(options.env.iter().cloned());
+    let inherited = layout::inherited_environment(options.caller_env.clone());
+    let port = variables
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "HETGEN_DATA_PORT")
+        .map(|(_, v)| v.as_str())
+        .or(inherited.get("HETGEN_DATA_PORT").map(String::as_str))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_DATA_PORT);
+
+    let total: usize = job.groups.iter().map(|g| g.count as usize).sum();
+    let base = free_block(&mut rng, total, port);
+    let cluster = Cluster::assign(job, &mut rng, base)?;
+    let channels = layout::local_channels(job, &options.spec_dir)?;
+    let job_dir = absolute(&options.job_dir);
+    let layout = Layout::new(job, cluster, channels, job_dir);
+    let cpu_sets = cpus::allot(options.cpus, &layout.cluster.hosts, &cpus::available())?;
+    layout.write()?;
+
+    let shared = JobEnvironment {
+        inherited,
+        variables,
+        job_file: absolute(&options.job_file),
+        token: layout::new_token()?,
+    };
+    let commands = layout
+        .cluster
+        .hosts
+        .iter()
+        .zip(cpu_sets)
+        .map(|(host, cpus)| HostCommand {
+            host: host.clone(),
+            program: options.launcher.clone(),
+            args: vec!["train".to_owned()],
+            env: layout.environment(host, &shared),
+            base_dir: layout.host_dir(host),
+            cpus,
+        })
+        .collect();
+    Ok(LocalJob {
+        name: job.name.clone(),
+        layout,
+        commands,
+        launcher: options.launcher,
+        limits: options.limits,
+    })
+}
+
+impl LocalJob {
+    /// Runs the hosts to the end, then writes and returns the job record.
+    pub fn run(
+        &self,
+        stop: &StopRequests,
+        observer: &mut dyn Observer,
+    ) -> Result<JobRecord, LocalError> {
+        let outcome = supervise::supervise(&self.commands, self.limits, stop, observer)?;
+        let trainers: Vec<&HostCommand> = self
+            .commands
+            .iter()
+            .filter(|c| c.host.role == Role::Trainer)
+            .collect();
+        // The first trainer (in host order) that wrote a summary speaks for the job; with several
+        // trainer replicas the runtime has only rank 0 write one.
+        let summary = trainers.iter().find_map(|c| {
+            let text = std::fs::read_to_string(c.base_dir.join("output/data/summary.json")).ok()?;
+            serde_json::from_str(&text).ok()
+        });
+        let model_dir = trainers
+            .iter()
+            .map(|c| c.base_dir.join("model"))
+            .find(|dir| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()));
+        if let Some(model) = &model_dir {
+            // "The trained model beside the record": a link, so nothing is copied.
+            let link = self.layout.job_dir.join("model");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(model, &link).map_err(|source| LocalError::Write {
+                path: link.clone(),
+                source,
+            })?;
+        }
+        let hosts = self
+            .commands
+            .iter()
+            .zip(&outcome.exits)
+            .map(|(c, exit)| HostRecord {
+                name: c.host.name.clone(),
+                group: c.host.group.clone(),
+                instance_group: c.host.instance_group.clone(),
+                instance_type: c.host.instance_type.clone(),
+                role: c.host.role,
+                address: c.host.address.to_string(),
+                pid: exit.pid,
+                cpus: c.cpus.clone(),
+                exit_code: exit.exit_code,
+                signal: exit.signal,
+                duration_s: round_ms(exit.duration),
+                base_dir: c.base_dir.clone(),
+                log: c.log_file(),
+            })
+            .collect();
+        let record = JobRecord {
+            job_name: self.name.clone(),
+            status: outcome.status,
+            secondary_status: outcome.secondary_status,
+            failure_reason: outcome.failure_reason,
+            start: record::rfc3339(outcome.start),
+            end: record::rfc3339(outcome.end),
+            duration_s: round_ms(
+                outcome
+                    .end
+                    .duration_since(outcome.start)
+                    .unwrap_or_default(),
+            ),
+            job_dir: self.layout.job_dir.clone(),
+            launcher: self.launcher.clone(),
+            hosts,
+            summary,
+            model_dir,
+        };
+        record.write()?;
+        Ok(record)
+    }
+}
+
+fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// A `127.x.y.0` block whose first `hosts` addresses have `port` free, so that runs in
+/// parallel (tests, two terminals) do not take each other's data servers. `127.0.0.0/16` is
+/// left out: other programs listen on `127.0.0.1`.
+fn free_block(rng: &mut fastrand::Rng, hosts: usize, port: u16) -> Ipv4Addr {
+    let candidate = |rng: &mut fastrand::Rng| Ipv4Addr::new(127, rng.u8(1..=254), rng.u8(..), 0);
+    let mut base = candidate(rng);
+    for _ in 0..16 {
+        let free = (1..=hosts as u32)
+            .all(|k| TcpListener::bind((Ipv4Addr::from(u32::from(base) + k), port)).is_ok());
+        if free {
+            break;
+        }
+        base = candidate(rng);
+    }
+    base
+}

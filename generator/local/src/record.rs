@@ -1,0 +1,144 @@
+//! `job-record.json`: what a local run did, for people and scripts, in the job folder.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use hetgen_spec::model::Role;
+use serde::Serialize;
+
+use crate::LocalError;
+
+/// The record of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRecord {
+    /// The job's name.
+    pub job_name: String,
+    /// `Completed`, `Failed` or `Stopped`.
+    pub status: crate::Status,
+    /// SageMaker's secondary status (`MaxRuntimeExceeded` tells a timeout from a stop).
+    pub secondary_status: String,
+    /// Why it did not complete.
+    pub failure_reason: Option<String>,
+    /// When it started, RFC 3339 UTC.
+    pub start: String,
+    /// When it ended, RFC 3339 UTC.
+    pub end: String,
+    /// Wall time, seconds.
+    pub duration_s: f64,
+    /// The job folder.
+    pub job_dir: PathBuf,
+    /// The program every host ran.
+    pub launcher: PathBuf,
+    /// Every host, `algo-1` first.
+    pub hosts: Vec<HostRecord>,
+    /// The trainer's `output/data/summary.json`, when it wrote one.
+    pub summary: Option<serde_json::Value>,
+    /// The trainer's model folder, when it saved anything (also linked as `<job dir>/model`).
+    pub model_dir: Option<PathBuf>,
+}
+
+/// One host of the record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostRecord {
+    /// `algo-N`.
+    pub name: String,
+    /// The spec's group.
+    pub group: String,
+    /// The group's name as SageMaker reports it.
+    pub instance_group: String,
+    /// `ml.*` type it stands for.
+    pub instance_type: String,
+    /// `data` or `trainer`.
+    pub role: Role,
+    /// Its loopback address.
+    pub address: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Cores it was pinned to; `None` when it could use all.
+    pub cpus: Option<Vec<usize>>,
+    /// Exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// From start to exit, seconds.
+    pub duration_s: f64,
+    /// Its `/opt/ml`.
+    pub base_dir: PathBuf,
+    /// Its output.
+    pub log: PathBuf,
+}
+
+impl JobRecord {
+    /// Where the record of a run in `job_dir` goes.
+    pub fn path(job_dir: &Path) -> PathBuf {
+        job_dir.join("job-record.json")
+    }
+
+    /// Writes the record into its job folder.
+    pub fn write(&self) -> Result<PathBuf, LocalError> {
+        let path = JobRecord::path(&self.job_dir);
+        let text = serde_json::to_string_pretty(self).expect("a job record serializes") + "\n";
+        std::fs::write(&path, text).map_err(|source| LocalError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+}
+
+/// `2025-01-31T12:00:05Z`.
+pub fn rfc3339(time: SystemTime) -> String {
+    let (date, (h, m, s)) = civil(time);
+    format!(
+        "{}-{:02}-{:02}T{h:02}:{m:02}:{s:02}Z",
+        date.0, date.1, date.2
+    )
+}
+
+/// `20250131-120005`: sorts by time and is a valid part of a job name and a file name.
+pub fn compact_timestamp(time: SystemTime) -> String {
+    let (date, (h, m, s)) = civil(time);
+    format!("{}{:02}{:02}-{h:02}{m:02}{s:02}", date.0, date.1, date.2)
+}
+
+type Date = (i64, u32, u32);
+
+/// UTC calendar date and time of day (Howard Hinnant's days-to-civil; no time zone database
+/// is needed for UTC, so no date crate either).
+fn civil(time: SystemTime) -> (Date, (u64, u64, u64)) {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    ((year, month, day), (rem / 3_600, rem / 60 % 60, rem % 60))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_calendar_times() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_738_324_805); // 2025-01-31T12:00:05Z
+        assert_eq!(rfc3339(t), "2025-01-31T12:00:05Z");
+        assert_eq!(compact_timestamp(t), "20250131-120005");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        // A leap day.
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+    }
+}

@@ -1,0 +1,681 @@
+//! Real processes: shell scripts stand in for the launcher on every host, and the job must end
+//! as SageMaker ends one, leaving no process behind.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hetgen_local::{
+    JobRecord, Limits, LocalError, LocalJob, Observer, Status, StopRequests, Stream,
+};
+
+use crate::{Seen, TINY, alive, job, job_processes, options, prepare, read_json, script};
+
+/// Script lines that tell the test (and other hosts) this host got going.
+const READY: &str = r#"JOB_DIR="$SAGEMAKER_BASE_DIR/../.."
+touch "$JOB_DIR/ready-$SM_CURRENT_HOST""#;
+
+/// Script lines that wait (at most 10 s) until every data host is ready.
+const AWAIT_DATA_HOSTS: &str = r#"JOB_DIR="$SAGEMAKER_BASE_DIR/../.."
+n=0
+while [ "$(ls "$JOB_DIR" | grep -c '^ready-')" -lt 2 ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done"#;
+
+/// Prepares TINY in a fresh folder with `body` as every host's program.
+fn tiny(body: &str, limits: Limits) -> (tempfile::TempDir, LocalJob) {
+    let dir = tempfile::tempdir().unwrap();
+    let launcher = script(dir.path(), "launcher", body);
+    let mut opts = options(dir.path(), &launcher);
+    opts.limits = limits;
+    let local = prepare(&job(TINY), opts);
+    (dir, local)
+}
+
+fn limits(max_runtime_s: f64, grace_s: f64) -> Limits {
+    Limits {
+        max_runtime: Some(Duration::from_secs_f64(max_runtime_s)),
+        grace: Duration::from_secs_f64(grace_s),
+    }
+}
+
+fn token(local: &LocalJob) -> String {
+    local.commands[0].env["HETGEN_JOB_TOKEN"].clone()
+}
+
+fn trainer(local: &LocalJob) -> &hetgen_local::HostCommand {
+    local
+        .commands
+        .iter()
+        .find(|c| c.host.group == "dnn_group")
+        .unwrap()
+}
+
+/// Runs the job, checks the record on disk is the one returned, and that nothing of the job is
+/// still running.
+fn run(local: &LocalJob, stop: &StopRequests, seen: &mut Seen) -> JobRecord {
+    let record = local.run(stop, seen).unwrap();
+    let path = JobRecord::path(&local.layout.job_dir);
+    assert_eq!(path, local.layout.job_dir.join("job-record.json"));
+    let on_disk = read_json(&path);
+    assert_eq!(
+        on_disk,
+        serde_json::to_value(&record).unwrap(),
+        "job-record.json is the record"
+    );
+    assert_no_process_left(local, &record);
+    record
+}
+
+fn assert_no_process_left(local: &LocalJob, record: &JobRecord) {
+    let pids: Vec<u32> = record.hosts.iter().map(|h| h.pid).collect();
+    for pid in &pids {
+        assert!(!alive(*pid), "host process {pid} outlived the run");
+    }
+    // The supervisor has sent SIGKILL to every host's group when it returns, but a process
+    // that got SIGKILL an instant ago may still be on its way out (on a loaded machine the
+    // kernel takes a moment to end it): allow a short settle, never survival.
+    let token = token(local);
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = job_processes(&pids, &token);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() >= until {
+            let stats: Vec<String> = left
+                .iter()
+                .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())
+                .collect();
+            panic!("processes of the job still run: {stats:?} (hosts {pids:?})");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The CPU time the calling thread has used (the supervisor runs on the caller's thread).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Waits (at most 10 s) until `path` holds a whole line, and reads it as a process id.
+fn read_pid(path: &Path) -> u32 {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().parse().unwrap();
+        }
+        assert!(
+            Instant::now() < until,
+            "{} never held a pid",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (at most 10 s) until `path` exists.
+fn wait_for(path: &Path) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_job_whose_hosts_all_exit_0_completes_with_a_record() {
+    let body = r#"
+echo "hello from $SM_CURRENT_HOST"
+echo "to stderr from $SM_CURRENT_HOST" >&2
+if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
+  echo "hetgen-step step=5 loss=0.5 step_ms=10.0 wait_ms=2.5 samples_per_s=100.0"
+  echo '{"steps": 5}' > "$SAGEMAKER_BASE_DIR/output/data/summary.json"
+  echo weights > "$SAGEMAKER_BASE_DIR/model/model.bin"
+fi
+printf 'no newline at the end'
+"#;
+    let (_dir, local) = tiny(body, limits(20.0, 1.0));
+    let mut seen = Seen::default();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+
+    assert_eq!(
+        record.status,
+        Status::Completed,
+        "{:?}\n{}",
+        record.failure_reason,
+        seen.transcript()
+    );
+    assert_eq!(record.secondary_status, "Completed");
+    assert_eq!(record.failure_reason, None);
+    assert_eq!(record.job_name, "tiny-local");
+    assert_eq!(record.job_dir, local.layout.job_dir);
+    assert_eq!(record.launcher, local.launcher);
+    assert!(
+        record.duration_s >= 0.0 && record.duration_s < 10.0,
+        "{}",
+        record.duration_s
+    );
+    assert!(record.start.ends_with('Z') && record.end.ends_with('Z'));
+    assert!(seen.stopping.is_empty(), "{:?}", seen.stopping);
+
+    let names: Vec<&str> = record.hosts.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["algo-1", "algo-2", "algo-3"]);
+    for (h, c) in record.hosts.iter().zip(&local.commands) {
+        assert_eq!(h.name, c.host.name);
+        assert_eq!(h.group, c.host.group);
+        assert_eq!(h.address, c.host.address.to_string());
+        assert_eq!(h.base_dir, c.base_dir);
+        assert_eq!(h.log, c.base_dir.join("output/log.txt"));
+        assert_eq!(h.exit_code, Some(0), "{}", h.name);
+        assert_eq!(h.signal, None);
+        assert!(h.pid > 0);
+        assert!(
+            seen.started.contains(&(h.name.clone(), h.pid)),
+            "the observer saw {} start",
+            h.name
+        );
+        assert!(
+            h.duration_s >= 0.0 && h.duration_s <= record.duration_s + 0.01,
+            "{h:?}"
+        );
+
+        // The log keeps both streams, and the last line without its newline.
+        let log = std::fs::read_to_string(&h.log).unwrap();
+        assert!(log.contains(&format!("hello from {}\n", h.name)), "{log}");
+        assert!(
+            log.contains(&format!("to stderr from {}\n", h.name)),
+            "{log}"
+        );
+        assert!(log.contains("no newline at the end\n"), "{log}");
+
+        // The observer got each line with its host and stream.
+        assert!(seen.output.contains(&(
+            h.name.clone(),
+            Stream::Stdout,
+            format!("hello from {}", h.name)
+        )));
+        assert!(seen.output.contains(&(
+            h.name.clone(),
+            Stream::Stderr,
+            format!("to stderr from {}", h.name)
+        )));
+        assert!(
+            seen.lines
+                .contains(&format!("[{}] hello from {}", h.name, h.name))
+        );
+        let exits: Vec<_> = seen
+            .exited
+            .iter()
+            .filter(|(n, _, _)| *n == h.name)
+            .collect();
+        assert_eq!(exits.len(), 1, "one exit per host");
+        assert!(exits[0].1.success());
+        assert_eq!(exits[0].1.pid, h.pid);
+    }
+    assert_eq!(
+        seen.output
+            .iter()
+            .filter(|(_, _, l)| l.starts_with("hello from"))
+            .count(),
+        3
+    );
+
+    // The trainer's step line, summary and model.
+    let trainer = trainer(&local);
+    assert_eq!(seen.steps.len(), 1, "{:?}", seen.steps);
+    let (host, step) = &seen.steps[0];
+    assert_eq!(host, &trainer.host.name);
+    assert_eq!(step.step, 5);
+    assert_eq!(step.wait_ms, 2.5);
+    assert_eq!(record.summary, Some(serde_json::json!({"steps": 5})));
+    assert_eq!(
+        record.model_dir.as_deref(),
+        Some(trainer.base_dir.join("model").as_path())
+    );
+    let link = local.layout.job_dir.join("model");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        trainer.base_dir.join("model")
+    );
+    assert_eq!(
+        std::fs::read_to_string(link.join("model.bin")).unwrap(),
+        "weights\n"
+    );
+}
+
+#[test]
+fn a_failing_host_fails_the_job_and_the_others_are_killed_after_the_grace_period() {
+    // Data hosts trap SIGTERM and carry on, so only SIGKILL ends them; the trainer fails once
+    // they are running.
+    let body = format!(
+        r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = data_group ]; then
+  trap 'echo "got SIGTERM, carrying on"' TERM
+  {READY}
+  while :; do sleep 0.1; done
+fi
+{AWAIT_DATA_HOSTS}
+echo "out of memory on step 3" > "$SAGEMAKER_BASE_DIR/output/failure"
+exit 3
+"#
+    );
+    let grace = 1.0;
+    let (_dir, local) = tiny(&body, limits(20.0, grace));
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    let took = started.elapsed();
+
+    let trainer = trainer(&local);
+    assert_eq!(record.status, Status::Failed, "{}", seen.transcript());
+    assert_eq!(record.secondary_status, "Failed");
+    assert_eq!(
+        record.failure_reason.as_deref(),
+        Some(
+            format!(
+                "AlgorithmError: out of memory on step 3 ({} in dnn_group, exit code 3)",
+                trainer.host.name
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(seen.stopping, [record.failure_reason.clone().unwrap()]);
+    for h in &record.hosts {
+        if h.group == "dnn_group" {
+            assert_eq!((h.exit_code, h.signal), (Some(3), None));
+        } else {
+            assert_eq!(
+                (h.exit_code, h.signal),
+                (None, Some(libc::SIGKILL)),
+                "{} needed SIGKILL",
+                h.name
+            );
+            let log = std::fs::read_to_string(&h.log).unwrap();
+            assert!(
+                log.contains("got SIGTERM, carrying on"),
+                "{} was sent SIGTERM first: {log}",
+                h.name
+            );
+            // SIGKILL came after the grace period, not at once.
+            let after = seen.exited_at(&h.name) - seen.exited_at(&trainer.host.name);
+            assert!(
+                after.as_secs_f64() >= grace * 0.95,
+                "{h:?} ended {after:?} after the trainer"
+            );
+        }
+    }
+    assert!(took < Duration::from_secs(10), "stopped within {took:?}");
+}
+
+#[test]
+fn hosts_that_heed_sigterm_end_without_sigkill_when_one_fails() {
+    let body = format!(
+        r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = data_group ]; then
+  {READY}
+  sleep 30
+  exit 0
+fi
+{AWAIT_DATA_HOSTS}
+exit 1
+"#
+    );
+    // A long grace period: the data hosts must not need it.
+    let (_dir, local) = tiny(&body, limits(20.0, 30.0));
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(record.status, Status::Failed);
+    let trainer = trainer(&local);
+    assert_eq!(
+        record.failure_reason.as_deref(),
+        Some(
+            format!(
+                "AlgorithmError: {} in dnn_group ended with exit code 1",
+                trainer.host.name
+            )
+            .as_str()
+        ),
+        "without output/failure the exit status is the reason"
+    );
+    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
+    }
+}
+
+#[test]
+fn a_host_killed_from_outside_fails_the_job_and_takes_its_children() {
+    // The trainer starts a child that would outlive it, then is killed with SIGKILL.
+    let body = r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = data_group ]; then
+  exec sleep 30
+fi
+sleep 30 &
+echo $! > "$SAGEMAKER_BASE_DIR/output/child.pid"
+echo $$ > "$SAGEMAKER_BASE_DIR/output/pid"
+wait
+"#;
+    let (_dir, local) = tiny(body, limits(20.0, 1.0));
+    let trainer = trainer(&local).clone();
+    let pid_file = trainer.base_dir.join("output/pid");
+    let killer = {
+        let pid_file = pid_file.clone();
+        thread::spawn(move || {
+            let pid = read_pid(&pid_file);
+            // SAFETY: signals one process of this test.
+            assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+            pid
+        })
+    };
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    let killed = killer.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    assert_eq!(record.status, Status::Failed, "{}", seen.transcript());
+    assert_eq!(
+        record.failure_reason.as_deref(),
+        Some(
+            format!(
+                "AlgorithmError: {} in dnn_group ended with signal 9 (SIGKILL)",
+                trainer.host.name
+            )
+            .as_str()
+        )
+    );
+    let host = record
+        .hosts
+        .iter()
+        .find(|h| h.name == trainer.host.name)
+        .unwrap();
+    assert_eq!(host.pid, killed);
+    assert_eq!((host.exit_code, host.signal), (None, Some(libc::SIGKILL)));
+    let child = read_pid(&trainer.base_dir.join("output/child.pid"));
+    assert!(!alive(child), "the killed host's child {child} survived it");
+    // `exec sleep` heeds SIGTERM.
+    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
+    }
+}
+
+#[test]
+fn the_max_runtime_stops_the_job() {
+    let body = r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
+  trap 'echo "ignoring SIGTERM"' TERM
+fi
+while :; do sleep 0.1; done
+"#;
+    let (_dir, local) = tiny(body, limits(0.5, 1.0));
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    let took = started.elapsed();
+
+    assert_eq!(record.status, Status::Stopped);
+    assert_eq!(record.secondary_status, "MaxRuntimeExceeded");
+    let reason = record.failure_reason.clone().unwrap();
+    assert!(
+        reason.contains("max runtime") && reason.contains("0.5 s"),
+        "{reason}"
+    );
+    assert_eq!(seen.stopping, [reason]);
+    assert!(
+        took >= Duration::from_millis(500),
+        "stopped early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "stopped within {took:?}");
+    for h in &record.hosts {
+        let expected = if h.group == "dnn_group" {
+            libc::SIGKILL
+        } else {
+            libc::SIGTERM
+        };
+        assert_eq!(h.signal, Some(expected), "{h:?}");
+    }
+}
+
+#[test]
+fn the_supervisor_sleeps_while_it_waits_out_the_grace_period() {
+    // After the max runtime passed, every host ignores SIGTERM for the whole grace period: the
+    // supervisor must wait for them, not spin.
+    let body = "trap '' TERM\nwhile :; do sleep 0.1; done";
+    let (_dir, local) = tiny(body, limits(0.2, 2.0));
+    let mut seen = Seen::default();
+    let cpu = thread_cpu_time();
+    let wall = Instant::now();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    let (cpu, wall) = (thread_cpu_time() - cpu, wall.elapsed());
+    assert_eq!(record.secondary_status, "MaxRuntimeExceeded");
+    assert!(wall >= Duration::from_secs(2), "{wall:?}");
+    assert!(
+        cpu < Duration::from_millis(500),
+        "the supervisor used {cpu:?} of CPU in {wall:?} while waiting"
+    );
+}
+
+#[test]
+fn a_stop_request_stops_the_job() {
+    let body = format!("{READY}\nsleep 30\n");
+    let (_dir, local) = tiny(&body, limits(20.0, 30.0));
+    let stop = StopRequests::new();
+    let job_dir = local.layout.job_dir.clone();
+    let requester = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            for h in ["algo-1", "algo-2", "algo-3"] {
+                wait_for(&job_dir.join(format!("ready-{h}")));
+            }
+            stop.request();
+        })
+    };
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &stop, &mut seen);
+    requester.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    assert_eq!(record.status, Status::Stopped);
+    assert_eq!(record.secondary_status, "Stopped");
+    let reason = record.failure_reason.clone().unwrap();
+    assert!(reason.contains("request"), "{reason}");
+    assert_eq!(seen.stopping, [reason]);
+    for h in &record.hosts {
+        assert_eq!(
+            (h.exit_code, h.signal),
+            (None, Some(libc::SIGTERM)),
+            "{h:?}: SIGTERM sufficed"
+        );
+    }
+}
+
+#[test]
+fn a_second_stop_request_kills_at_once() {
+    let body =
+        format!("trap 'echo \"SIGTERM, ignored\"' TERM\n{READY}\nwhile :; do sleep 0.1; done\n");
+    let (_dir, local) = tiny(&body, limits(20.0, 60.0));
+    let stop = StopRequests::new();
+    let job_dir = local.layout.job_dir.clone();
+    let requester = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            for h in ["algo-1", "algo-2", "algo-3"] {
+                wait_for(&job_dir.join(format!("ready-{h}")));
+            }
+            stop.request();
+            thread::sleep(Duration::from_millis(300));
+            stop.request();
+        })
+    };
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &stop, &mut seen);
+    requester.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "did not wait out the 60 s grace period"
+    );
+    assert_eq!(record.status, Status::Stopped);
+    for h in &record.hosts {
+        assert_eq!(h.signal, Some(libc::SIGKILL), "{h:?}");
+        assert!(
+            std::fs::read_to_string(&h.log)
+                .unwrap()
+                .contains("SIGTERM, ignored")
+        );
+    }
+}
+
+/// Asks for a stop as soon as the first host has started, while the others are still starting.
+struct StopOnFirstStart {
+    stop: StopRequests,
+    seen: Seen,
+}
+
+impl Observer for StopOnFirstStart {
+    fn started(&mut self, host: &hetgen_local::Host, pid: u32) {
+        if self.seen.started.is_empty() {
+            self.stop.request();
+        }
+        self.seen.started(host, pid);
+    }
+    fn output(&mut self, host: &hetgen_local::Host, stream: Stream, line: &str) {
+        self.seen.output(host, stream, line);
+    }
+}
+
+#[test]
+fn a_stop_requested_while_hosts_start_is_not_lost() {
+    let (_dir, local) = tiny("sleep 30", limits(3.0, 1.0));
+    let stop = StopRequests::new();
+    let mut observer = StopOnFirstStart {
+        stop: stop.clone(),
+        seen: Seen::default(),
+    };
+    let record = local.run(&stop, &mut observer).unwrap();
+    assert_no_process_left(&local, &record);
+    assert_eq!(record.status, Status::Stopped);
+    assert_eq!(
+        record.secondary_status, "Stopped",
+        "{:?}",
+        record.failure_reason
+    );
+}
+
+#[test]
+fn a_trainer_that_completes_waits_for_the_data_hosts_to_exit() {
+    // hetgen-local has no rule of its own for a trainer that finishes first: as on SageMaker,
+    // the job completes when every host's process has exited. The real data servers exit on the
+    // trainer's Shutdown RPC; here they exit once the trainer's marker file appears.
+    let body = r#"
+JOB_DIR="$SAGEMAKER_BASE_DIR/../.."
+if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
+  touch "$JOB_DIR/trainer-done"
+  exit 0
+fi
+n=0
+while [ ! -e "$JOB_DIR/trainer-done" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done
+[ -e "$JOB_DIR/trainer-done" ] || exit 9
+sleep 0.5
+echo "shut down"
+"#;
+    let (_dir, local) = tiny(body, limits(20.0, 1.0));
+    let mut seen = Seen::default();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    assert_eq!(
+        record.status,
+        Status::Completed,
+        "{:?}\n{}",
+        record.failure_reason,
+        seen.transcript()
+    );
+    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+        // Not signalled (a TERM would end `sleep` and the shell with signal 15): it exited itself.
+        assert_eq!((h.exit_code, h.signal), (Some(0), None), "{h:?}");
+        assert!(record.duration_s >= h.duration_s);
+        assert!(
+            std::fs::read_to_string(&h.log)
+                .unwrap()
+                .contains("shut down")
+        );
+    }
+}
+
+#[test]
+fn data_hosts_that_never_exit_keep_the_job_running_until_its_max_runtime() {
+    // The other side of the rule above: a completed trainer does not end the job by itself.
+    let body = r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then exit 0; fi
+exec sleep 30
+"#;
+    let (_dir, local) = tiny(body, limits(0.8, 1.0));
+    let mut seen = Seen::default();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    assert_eq!(record.status, Status::Stopped);
+    assert_eq!(record.secondary_status, "MaxRuntimeExceeded");
+    let trainer = record
+        .hosts
+        .iter()
+        .find(|h| h.group == "dnn_group")
+        .unwrap();
+    assert_eq!(trainer.exit_code, Some(0));
+    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
+    }
+}
+
+#[test]
+fn a_process_that_leaves_its_host_group_does_not_hang_the_run() {
+    // Only a process that left its host's process group survives the host; it still holds the
+    // output pipe, and the run must end anyway (within the drain time).
+    let body = r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
+  setsid sleep 6 &
+  echo $! > "$SAGEMAKER_BASE_DIR/output/escaped.pid"
+fi
+exit 0
+"#;
+    let (_dir, local) = tiny(body, limits(20.0, 1.0));
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = local.run(&StopRequests::new(), &mut seen).unwrap();
+    let took = started.elapsed();
+    let escaped = read_pid(&trainer(&local).base_dir.join("output/escaped.pid"));
+    // SAFETY: the escaped process is this test's; it is ended here, not left to linger.
+    unsafe { libc::kill(escaped as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(record.status, Status::Completed);
+    assert!(
+        took < Duration::from_secs(5),
+        "the run waited {took:?} for the escaped process"
+    );
+}
+
+#[test]
+fn a_launcher_that_cannot_start_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing: PathBuf = dir.path().join("no-such-launcher");
+    let local = prepare(&job(TINY), options(dir.path(), &missing));
+    let mut seen = Seen::default();
+    match local.run(&StopRequests::new(), &mut seen) {
+        Err(e @ LocalError::Spawn { .. }) => {
+            assert!(e.to_string().contains("algo-1"), "{e}");
+            assert!(e.to_string().contains("no-such-launcher"), "{e}");
+        }
+        other => panic!("a missing launcher gave {other:?}"),
+    }
+    assert!(seen.started.is_empty());
+}

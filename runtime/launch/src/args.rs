@@ -1,0 +1,109 @@
+//! The launcher's command line: `launcher train [--input local|remote] [--device auto|cuda|cpu]
+//! [--job FILE]`. SageMaker passes only `train`; the flags are for A/B runs and debugging.
+
+use std::path::PathBuf;
+
+use hetgen_spec::model::Device;
+
+pub(crate) const USAGE: &str = "\
+usage: launcher train [--input local|remote] [--device auto|cuda|cpu] [--job FILE]
+
+Runs this instance's role of the hetgen job (SageMaker runs `IMAGE train`).
+  --input local|remote   trainer: preprocess on its own cores, or stream from the data hosts
+                         (default: remote when the job has data groups)
+  --device auto|cuda|cpu trainer: override the spec's device
+  --job FILE             job.json to read (default: $HETGEN_JOB_FILE, else /opt/hetgen/job.json)
+";
+
+/// Where the trainer's batches come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputChoice {
+    /// The pipeline in-process, on the trainer's cores.
+    Local,
+    /// The data servers.
+    Remote,
+}
+
+/// Parsed command line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Args {
+    /// `--input`.
+    pub input: Option<InputChoice>,
+    /// `--device`.
+    pub device: Option<Device>,
+    /// `--job`.
+    pub job_file: Option<PathBuf>,
+}
+
+impl Args {
+    /// `Ok(None)` for `help`/`--help`.
+    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
+        match args.next().as_deref() {
+            Some("train") => {}
+            Some("help" | "--help" | "-h") | None => return Ok(None),
+            Some(other) => {
+                return Err(format!(
+                    "unknown command `{other}`: the only command is `train`"
+                ));
+            }
+        }
+        let mut parsed = Args::default();
+        while let Some(flag) = args.next() {
+            let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--input" => {
+                    parsed.input = Some(match value()?.as_str() {
+                        "local" => InputChoice::Local,
+                        "remote" => InputChoice::Remote,
+                        v => return Err(format!("--input {v}: expected `local` or `remote`")),
+                    })
+                }
+                "--device" => {
+                    parsed.device = Some(match value()?.as_str() {
+                        "auto" => Device::Auto,
+                        "cuda" => Device::Cuda,
+                        "cpu" => Device::Cpu,
+                        v => return Err(format!("--device {v}: expected `auto`, `cuda` or `cpu`")),
+                    })
+                }
+                "--job" => parsed.job_file = Some(PathBuf::from(value()?)),
+                other => return Err(format!("unknown option `{other}`")),
+            }
+        }
+        Ok(Some(parsed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<Args>, String> {
+        Args::parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn parses_what_sagemaker_and_users_pass() {
+        assert_eq!(parse(&["train"]), Ok(Some(Args::default())));
+        let args = parse(&[
+            "train", "--input", "local", "--device", "cpu", "--job", "j.json",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(args.input, Some(InputChoice::Local));
+        assert_eq!(args.device, Some(Device::Cpu));
+        assert_eq!(args.job_file, Some(PathBuf::from("j.json")));
+        assert_eq!(parse(&["--help"]), Ok(None));
+        assert!(parse(&["serve"]).unwrap_err().contains("only command"));
+        assert!(
+            parse(&["train", "--input", "gpu"])
+                .unwrap_err()
+                .contains("local")
+        );
+        assert!(
+            parse(&["train", "--input"])
+                .unwrap_err()
+                .contains("needs a value")
+        );
+    }
+}

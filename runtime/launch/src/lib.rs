@@ -1,0 +1,97 @@
+//! What runs inside every instance of a hetgen job.
+//!
+//! SageMaker starts the job's container as `docker run IMAGE train`; the image's entry point is
+//! the job's launcher, whose `main` registers custom stages and calls [`launch`]. `launch`
+//! reads `job.json` (`HETGEN_JOB_FILE`) and the SageMaker environment, finds the instance's
+//! group, and runs its role:
+//!
+//! - **data**: [`hetgen_data::role::run_data_role`] — serve batches until the trainer says stop.
+//! - **trainer**: [`trainer::run`] — train on batches from every data host (heterogeneous) or
+//!   from the same pipeline on its own cores (homogeneous), then shut the data hosts down.
+//!
+//! A failure exits non-zero with its reason in `/opt/ml/output/failure`, where SageMaker
+//! reports it as the job's FailureReason.
+
+mod args;
+pub mod trainer;
+
+use std::process::ExitCode;
+
+pub use args::{Args, InputChoice};
+pub use hetgen_pipeline::{BoxError, Image, Params, SampleRng, Stage, StageRegistry};
+use hetgen_spec::model::{Job, Role};
+
+/// Run the role of this instance; the launcher's `main` returns this.
+pub fn launch(stages: StageRegistry) -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            print!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("launcher: {message}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    hetgen_data::role::init_logging();
+    let env = match hetgen_env::Env::load() {
+        Ok(env) => env,
+        Err(e) => {
+            // No tree means no failure file to write either.
+            eprintln!("launcher: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&args, &env, &stages) {
+        Ok(message) => {
+            eprintln!("launcher: {message}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let reason = format!("{} ({}): {e}", env.host(), env.group());
+            eprintln!("launcher: error: {reason}");
+            hetgen_env::write_failure(&env.paths, &reason);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<String, BoxError> {
+    let (path, file) = hetgen_env::load_job(args.job_file.as_deref())?;
+    let job = &file.job;
+    let role = role_of(job, env.group()).ok_or_else(|| {
+        format!(
+            "{} lists no instance group `{}` (this host's group in resourceconfig.json); groups: {}",
+            path.display(),
+            env.group(),
+            job.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    tracing::info!(host = env.host(), group = env.group(), ?role, job = %job.name, "starting role");
+    match role {
+        Role::Data => {
+            let reason = hetgen_data::role::run_data_role(job, env, stages)?;
+            Ok(format!("data server stopped: {reason}"))
+        }
+        Role::Trainer => {
+            let summary = trainer::run(job, env, stages, args)?;
+            Ok(format!(
+                "training finished: {} steps, {:.1} samples/s, stall {:.1} %",
+                summary.steps,
+                summary.samples_per_s,
+                summary.stall_fraction * 100.0
+            ))
+        }
+    }
+}
+
+/// The role of group `group`. A one-group job runs on SageMaker as `homogeneousCluster`
+/// whatever the spec named its group.
+pub fn role_of(job: &Job, group: &str) -> Option<Role> {
+    if let Some(g) = job.groups.iter().find(|g| g.name == group) {
+        return Some(g.role);
+    }
+    (group == hetgen_spec::model::HOMOGENEOUS_GROUP && job.groups.len() == 1)
+        .then(|| job.groups[0].role)
+}

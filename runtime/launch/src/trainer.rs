@@ -1,0 +1,136 @@
+//! The trainer role: choose the input (data servers or the local pipeline), train, and end the
+//! job's data servers whatever happened, so CPU instances never outlive their trainer.
+
+use std::sync::Arc;
+
+use hetgen_data::client::{Client, ClientConfig};
+use hetgen_env::Env;
+use hetgen_pipeline::{
+    BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,
+};
+use hetgen_spec::model::{Job, Length, Role};
+use hetgen_trainer::{Options, Paths, Summary};
+
+use crate::{Args, InputChoice};
+
+/// The data hosts of the job, from resourceconfig.json (never assumed from host names).
+pub fn data_hosts(job: &Job, env: &Env) -> Vec<String> {
+    job.groups
+        .iter()
+        .filter(|g| g.role == Role::Data)
+        .flat_map(|g| env.resources.hosts_of(&g.name))
+        .collect()
+}
+
+/// Train this job on this instance.
+pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<Summary, BoxError> {
+    let hosts = data_hosts(job, env);
+    let choice = match (args.input, hosts.is_empty()) {
+        (Some(InputChoice::Remote), true) => {
+            return Err("--input remote: the job has no data hosts to stream from".into());
+        }
+        (Some(choice), _) => choice,
+        (None, true) => InputChoice::Local,
+        (None, false) => InputChoice::Remote,
+    };
+    let paths = Paths {
+        model_dir: env.paths.model_dir(),
+        checkpoint_dir: env.paths.checkpoint_dir(),
+        output_data_dir: env.paths.output_data_dir(),
+    };
+    let options = Options {
+        device: args.device,
+    };
+    let epochs = match job.trainer.length {
+        Length::Epochs(n) => Some(n),
+        Length::Steps(_) => None,
+    };
+    let config = |samples_per_epoch| InputConfig {
+        seed: job.seed,
+        samples_per_epoch,
+        shard_size: job.pipeline.shard_size,
+        batch_size: job.pipeline.batch_size,
+        epochs,
+        rank: 0,
+        world: 1,
+        deterministic: job.trainer.deterministic,
+    };
+    match choice {
+        InputChoice::Local => {
+            tracing::info!("input: the pipeline on this instance's own cores");
+            let engine = Arc::new(Engine::new(
+                job,
+                stages,
+                &env.channel_dirs,
+                job.pipeline.threads.map(|t| t as usize),
+            )?);
+            let config = config(engine.samples_per_epoch());
+            let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
+                let stream = LocalInput::new(engine.clone(), config.clone(), start);
+                Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
+            };
+            let result = hetgen_trainer::train(job, &paths, &options, &mut open);
+            if !hosts.is_empty() {
+                // `--input local` on a heterogeneous job: its data hosts served nothing, but they
+                // must still end with the trainer rather than by their watchdog.
+                shutdown_unused(job, env, &hosts, &result);
+            }
+            Ok(result?)
+        }
+        InputChoice::Remote => {
+            let port = hetgen_data::role::data_port()?;
+            let token = hetgen_data::auth::token_from_env()?;
+            let targets: Vec<(String, u16)> = hosts.iter().map(|h| (h.clone(), port)).collect();
+            tracing::info!(hosts = ?hosts, port, "input: the data servers");
+            let client = Client::connect(
+                &targets,
+                job.pipeline.output_shape,
+                ClientConfig::new(format!("{}/rank-0", env.host()), token),
+            )?;
+            let config = config(client.samples_per_epoch());
+            let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
+                let stream = client.stream(config.clone(), start);
+                Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
+            };
+            let result = hetgen_trainer::train(job, &paths, &options, &mut open);
+            shutdown(&client, &result);
+            Ok(result?)
+        }
+    }
+}
+
+fn shutdown<T, E: std::fmt::Display>(client: &Client, result: &Result<T, E>) {
+    let reason = match result {
+        Ok(_) => "training finished".to_owned(),
+        Err(e) => format!("trainer failed: {e}"),
+    };
+    for (host, why) in client.shutdown(&reason) {
+        tracing::warn!(%host, %why, "could not tell a data server to stop (its watchdog will)");
+    }
+}
+
+fn shutdown_unused<T, E: std::fmt::Display>(
+    job: &Job,
+    env: &Env,
+    hosts: &[String],
+    result: &Result<T, E>,
+) {
+    let connected = hetgen_data::role::data_port()
+        .map_err(BoxError::from)
+        .and_then(|port| {
+            let token = hetgen_data::auth::token_from_env()?;
+            let targets: Vec<(String, u16)> = hosts.iter().map(|h| (h.clone(), port)).collect();
+            let config = ClientConfig::new(format!("{}/rank-0", env.host()), token);
+            Ok(Client::connect(
+                &targets,
+                job.pipeline.output_shape,
+                config,
+            )?)
+        });
+    match connected {
+        Ok(client) => shutdown(&client, result),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not reach the data servers to stop them (their watchdog will)")
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Shared set-up: real jobs run as simulated clusters by hetgen-local, with this crate's
+//! `hetgen-launcher` as every host's program.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hetgen_local::{JobRecord, LocalJob, Observer, RunOptions, StopRequests, Stream};
+use hetgen_spec::model::Job;
+
+/// A valid job from spec text.
+pub fn job(text: &str) -> Job {
+    let checked = hetgen_spec::check("hetgen.toml", text);
+    match checked.job {
+        Some(job) => job,
+        None => panic!("test spec is invalid: {:?}", checked.report.problems),
+    }
+}
+
+/// The digits data set as `root/{train,test}/<digit>/<n>.png` (every fifth image held out).
+pub fn write_digits(root: &Path) {
+    let gz = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../datasets/digits/digits.csv.gz"
+    ))
+    .unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    for (n, line) in text.lines().enumerate() {
+        let values: Vec<u32> = line.split(',').map(|v| v.trim().parse().unwrap()).collect();
+        let (pixels, label) = values.split_at(64);
+        let split = if n % 5 == 0 { "test" } else { "train" };
+        let dir = root.join(split).join(label[0].to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = hetgen_pipeline::Image {
+            height: 8,
+            width: 8,
+            channels: 1,
+            data: pixels.iter().map(|v| (v * 16).min(255) as u8).collect(),
+        };
+        let png = hetgen_pipeline::codec::encode_png(&image).unwrap();
+        std::fs::write(dir.join(format!("{n:04}.png")), png).unwrap();
+    }
+}
+
+/// Lay the job out under `dir` with `job.json`, ready to run with this crate's launcher.
+pub fn prepare(job: &Job, dir: &Path, seed: u64) -> LocalJob {
+    let job_file = dir.join("job.json");
+    let file = serde_json::json!({
+        "generated_by": "test", "spec": "hetgen.toml", "spec_sha256": "", "job": job,
+    });
+    std::fs::write(&job_file, file.to_string()).unwrap();
+    let caller_env = std::env::vars().filter(|(k, _)| k == "RUST_LOG").collect();
+    let options = RunOptions {
+        job_dir: dir.join("run"),
+        launcher: PathBuf::from(env!("CARGO_BIN_EXE_hetgen-launcher")),
+        job_file,
+        spec_dir: dir.to_owned(),
+        caller_env,
+        env: vec![],
+        cpus: hetgen_local::CpuPolicy::Shared,
+        limits: hetgen_local::Limits {
+            max_runtime: Some(Duration::from_secs(240)),
+            grace: Duration::from_secs(5),
+        },
+        seed: Some(seed),
+    };
+    hetgen_local::prepare(job, options).unwrap()
+}
+
+/// Collects every host's output for the failure message.
+#[derive(Default)]
+pub struct Lines(pub Vec<String>);
+
+impl Observer for Lines {
+    fn output(&mut self, host: &hetgen_local::Host, _stream: Stream, line: &str) {
+        self.0.push(format!("[{}] {line}", host.name));
+    }
+}
+
+/// Run to the end; panics with the hosts' output unless the job completed.
+pub fn run_completed(local: &LocalJob) -> JobRecord {
+    let mut lines = Lines::default();
+    let record = local.run(&StopRequests::new(), &mut lines).unwrap();
+    assert_eq!(
+        record.status,
+        hetgen_local::supervise::Status::Completed,
+        "{:?}\n{}",
+        record.failure_reason,
+        lines.0.join("\n")
+    );
+    record
+}
+
+/// The losses of the trainer's `hetgen-step` lines, in order.
+pub fn losses(record: &JobRecord) -> Vec<(u64, f64)> {
+    let trainer = record
+        .hosts
+        .iter()
+        .find(|h| h.role == hetgen_spec::model::Role::Trainer)
+        .unwrap();
+    let log = std::fs::read_to_string(&trainer.log).unwrap();
+    log.lines()
+        .filter_map(hetgen_local::Step::parse)
+        .map(|s| (s.step, s.loss))
+        .collect()
+}
