@@ -7,31 +7,39 @@ export CARGO_TARGET_DIR
 HETGEN := $(CARGO_TARGET_DIR)/debug/hetgen
 DEMO_DIR := build/demo
 
-.PHONY: test demo build schema fmt
+# libtorch for the trainer crate comes from the PyTorch wheel in a venv (scripts/torch-env.sh);
+# torch-sys finds it through that venv's python (LIBTORCH_USE_PYTORCH=1), and binaries carry an
+# rpath to it, so nothing needs LD_LIBRARY_PATH.
+WITH_TORCH = TORCH_VENV="$$(scripts/torch-env.sh)" && export LIBTORCH_USE_PYTORCH=1 PATH="$$TORCH_VENV/bin:$$PATH"
+
+.PHONY: test demo build schema fmt bench-pipeline bench-stream
 
 build:
-	cargo build --locked -p hetgen
+	$(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-runtime
 
 ## The whole test suite: formatting, lints, Rust tests (deploy against moto's SageMaker
-## emulator, started by the tests), and the SageMaker API-model checks.
+## emulator, jobs as local clusters of real processes), and the SageMaker API-model checks.
 test: build
 	cargo fmt --all -- --check
-	cargo clippy --locked --workspace --all-targets -- -D warnings
-	VENV="$$(scripts/python-env.sh)" && \
+	$(WITH_TORCH) && cargo clippy --locked --workspace --all-targets -- -D warnings
+	$(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && \
 	  HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" cargo test --locked --workspace && \
 	  HETGEN_BIN="$(HETGEN)" "$$VENV/bin/python" -m pytest tests/botocore -q -p no:cacheprovider
 
-## The main job: scaffold a project, validate it and render the whole SageMaker job.
+## The main job: scaffold the tiny local example, render it, and run it as a simulated
+## heterogeneous cluster (two data hosts, one trainer host) on this machine.
 demo: build
 	rm -rf $(DEMO_DIR) && mkdir -p build
 	cd build && $(HETGEN) new demo
-	cd $(DEMO_DIR) && $(HETGEN) validate
-	cd $(DEMO_DIR) && $(HETGEN) render --out build
-	cd $(DEMO_DIR) && $(HETGEN) render --out build --check
-	$(HETGEN) render examples/mnist-hetero.toml --out $(DEMO_DIR)/build
-	@echo
-	@echo "The CreateTrainingJob request of the heterogeneous MNIST example:"
-	@cat $(DEMO_DIR)/build/mnist-hetero/create-training-job.json
+	cd $(DEMO_DIR) && $(HETGEN) render
+	$(WITH_TORCH) && cd $(DEMO_DIR) && $(HETGEN) deploy --local
+
+## Benchmarks (run on purpose; results go to BENCHMARKS.md by hand).
+bench-pipeline:
+	bench/pipeline.sh
+
+bench-stream:
+	cargo run --locked --release -p hetgen-data --example stream_bench
 
 ## Regenerate the committed JSON Schema after changing the raw spec types.
 schema:

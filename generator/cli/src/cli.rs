@@ -33,6 +33,10 @@ pub enum Command {
     Plan(PlanArgs),
     /// Compare two clusters' cost per step from measured step times
     Compare(CompareArgs),
+    /// Measure the spec's pipeline on this machine: samples/s and CPU-seconds per sample
+    Profile(ProfileArgs),
+    /// Run the job locally homogeneous and heterogeneous, and compare cost per step
+    Bench(BenchArgs),
     /// Print the JSON Schema of hetgen.toml
     Schema,
 }
@@ -138,6 +142,43 @@ pub struct DeployArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub aws: AwsArgs,
+    #[command(flatten)]
+    pub local: LocalArgs,
+}
+
+/// `deploy --local`: the same job as a simulated cluster on this machine.
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    /// Run the job on this machine, one process per host, instead of on SageMaker
+    #[arg(long)]
+    pub local: bool,
+    /// Job folder for the run (default: OUT/<job>/local/<job>-<time>)
+    #[arg(long, requires = "local")]
+    pub job_dir: Option<PathBuf>,
+    /// KEY=VALUE for every host's environment (repeatable)
+    #[arg(long = "env", value_name = "KEY=VALUE", requires = "local")]
+    pub env: Vec<String>,
+    /// Give every host this many cores of its own
+    #[arg(long, requires = "local", conflicts_with = "cpus_from_catalog")]
+    pub cpus_per_host: Option<usize>,
+    /// Share this machine's cores out in proportion to the instance types' vCPUs
+    #[arg(long, requires = "local")]
+    pub cpus_from_catalog: bool,
+    /// Stop the job after this many seconds (default: the spec's max runtime, if any)
+    #[arg(long, requires = "local")]
+    pub max_runtime: Option<f64>,
+    /// Seconds between SIGTERM and SIGKILL when hosts are stopped
+    #[arg(long, default_value_t = 10.0, requires = "local")]
+    pub grace: f64,
+    /// Run this launcher binary instead of building the rendered launcher crate
+    #[arg(long, requires = "local")]
+    pub launcher: Option<PathBuf>,
+    /// Build the launcher with optimizations (slower build, faster pipeline)
+    #[arg(long, requires = "local")]
+    pub release: bool,
+    /// Seed for the host-name shuffle and addresses (default: fresh per run)
+    #[arg(long, requires = "local")]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -177,14 +218,67 @@ pub struct PlanArgs {
     #[arg(default_value = "hetgen.toml")]
     pub spec: PathBuf,
     /// vCPUs the pipeline needs to keep one GPU busy (from `hetgen profile` or a measurement)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "profile")]
     pub cpu_per_gpu: Option<f64>,
+    /// A profile written by `hetgen profile --gpu-samples-per-s`, for the vCPUs per GPU
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
     /// vCPUs of the trainer host kept for its own work (the training loop, the runtime)
     #[arg(long, default_value_t = 0)]
     pub reserve_vcpus: u32,
     /// How many data-group options to show
     #[arg(long, default_value_t = 5)]
     pub options: usize,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// The spec file
+    #[arg(default_value = "hetgen.toml")]
+    pub spec: PathBuf,
+    /// How long to run the pipeline
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Worker threads (default: the cores this process may use)
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Samples per second one GPU trains at; gives the vCPUs needed per GPU
+    #[arg(long)]
+    pub gpu_samples_per_s: Option<f64>,
+    /// Where to write the profile that `hetgen plan --profile` reads
+    #[arg(long, default_value = "profile.json")]
+    pub out: PathBuf,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The spec file (a job with data and trainer groups)
+    #[arg(default_value = "hetgen.toml")]
+    pub spec: PathBuf,
+    /// Folder `hetgen render` wrote to
+    #[arg(long, default_value = "build")]
+    pub out: PathBuf,
+    /// Optimizer steps per run (default: the spec's step count, at most 200)
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Cores of the trainer host in both runs (default: half of this machine's)
+    #[arg(long)]
+    pub trainer_cores: Option<usize>,
+    /// Where bench.json and bench.svg go (default: OUT/<job>/bench)
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+    /// Run this launcher binary instead of building the rendered launcher crate
+    #[arg(long)]
+    pub launcher: Option<PathBuf>,
+    /// Build the launcher with optimizations
+    #[arg(long)]
+    pub release: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,

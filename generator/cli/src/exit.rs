@@ -45,6 +45,47 @@ pub enum Failure {
         help("run `hetgen render` to bring them up to date")
     )]
     Stale { dir: PathBuf, count: usize },
+    /// A local run ended Failed or Stopped.
+    #[error("local job `{name}` {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    #[diagnostic(
+        code(hetgen::local::job_failed),
+        help("every host's output is in {}/<host>/output/log.txt; the job record is {}/job-record.json", dir.display(), dir.display())
+    )]
+    LocalJobFailed {
+        name: String,
+        status: String,
+        reason: Option<String>,
+        dir: PathBuf,
+    },
+    /// The pipeline could not be built or run.
+    #[error("the pipeline of `{}` failed: {source}", spec.display())]
+    #[diagnostic(code(hetgen::profile::pipeline), help("{hint}"))]
+    Pipeline {
+        spec: PathBuf,
+        hint: String,
+        #[source]
+        source: hetgen_pipeline::PipelineError,
+    },
+    /// A profile file is unreadable or lacks what was asked of it.
+    #[error("profile `{}`: {why}", path.display())]
+    #[diagnostic(code(hetgen::profile::file), help("{hint}"))]
+    Profile {
+        path: PathBuf,
+        why: String,
+        hint: String,
+    },
+    /// `hetgen bench` needs a job of another shape.
+    #[error("cannot bench `{}`: {why}", spec.display())]
+    #[diagnostic(code(hetgen::bench::job), help("{hint}"))]
+    Bench {
+        spec: PathBuf,
+        why: String,
+        hint: String,
+    },
+    /// A local run could not be set up.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Local(#[from] hetgen_local::LocalError),
     /// Sizing arithmetic is missing a fact.
     #[error(transparent)]
     #[diagnostic(transparent)]

@@ -22,6 +22,8 @@ fn main() -> ExitCode {
         cli::Command::List(args) => commands::jobs::list(&args),
         cli::Command::Plan(args) => commands::plan::plan(&args),
         cli::Command::Compare(args) => commands::plan::compare(&args),
+        cli::Command::Profile(args) => commands::profile::run(&args),
+        cli::Command::Bench(args) => commands::bench::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -90,7 +90,7 @@ pub enum LocalError {
     #[diagnostic(
         code(hetgen::local::build),
         help(
-            "the compiler's messages are above; a custom stage in `launcher/src/main.rs` is the usual cause"
+            "the compiler's messages are above; a custom stage in `launcher/src/main.rs` is the usual cause, and a missing libtorch the other (install it with `scripts/torch-env.sh` from the hetgen repository, or set LIBTORCH)"
         )
     )]
     Build { dir: PathBuf, status: String },

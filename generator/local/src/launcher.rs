@@ -78,6 +78,20 @@ impl LauncherBuild {
                 path: self.runtime.clone(),
             })?;
         self.seed_lock_file(&runtime)?;
+        // Every job's launcher is the binary `launcher` in the shared target folder: hold a
+        // lock from the build until this job's copy is kept, so that two runs starting at once
+        // cannot swap each other's binaries.
+        std::fs::create_dir_all(&self.target_dir).map_err(|source| LocalError::Write {
+            path: self.target_dir.clone(),
+            source,
+        })?;
+        let lock_path = self.target_dir.join(".hetgen-launcher.lock");
+        let lock = std::fs::File::create(&lock_path)
+            .and_then(|f| f.lock().map(|()| f))
+            .map_err(|source| LocalError::Write {
+                path: lock_path,
+                source,
+            })?;
         let patch = format!(
             "patch.crates-io.hetgen-runtime.path={}",
             toml_string(&runtime.display().to_string())
@@ -98,6 +112,18 @@ impl LauncherBuild {
             .stderr(Stdio::piped());
         if self.release {
             cmd.arg("--release");
+        }
+        if let Some(venv) = torch_venv() {
+            // The launcher links libtorch through torch-sys, which finds the PyTorch wheel via
+            // the `python` first on PATH. Without this a plain `hetgen deploy --local` would
+            // need the caller to set both variables by hand.
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let mut paths = vec![venv.join("bin")];
+            paths.extend(std::env::split_paths(&path));
+            cmd.env("LIBTORCH_USE_PYTORCH", "1");
+            if let Ok(joined) = std::env::join_paths(paths) {
+                cmd.env("PATH", joined);
+            }
         }
         let mut child = cmd.spawn().map_err(|source| LocalError::NoCargo {
             cargo: self.cargo.clone(),
@@ -121,6 +147,7 @@ impl LauncherBuild {
             });
         }
         keep(&self.binary(), keep_as)?;
+        drop(lock);
         Ok(keep_as.to_owned())
     }
 
@@ -136,6 +163,21 @@ impl LauncherBuild {
             .map(|_| ())
             .map_err(|source| LocalError::Write { path: lock, source })
     }
+}
+
+/// The PyTorch venv of `scripts/torch-env.sh` (`$HETGEN_TORCH_VENV`, default
+/// `~/.cache/hetgen/torch`), when the caller has not pointed torch-sys at a libtorch already.
+fn torch_venv() -> Option<PathBuf> {
+    if std::env::var_os("LIBTORCH").is_some() || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some()
+    {
+        return None;
+    }
+    let venv = std::env::var_os("HETGEN_TORCH_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/hetgen/torch"))
+        })?;
+    venv.join("bin/python").is_file().then_some(venv)
 }
 
 /// Checks that `path` is a file this user may execute.

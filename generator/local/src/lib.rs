@@ -141,6 +141,8 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     let cluster = Cluster::assign(job, &mut rng, base)?;
     let channels = layout::local_channels(job, &options.spec_dir)?;
     let job_dir = absolute(&options.job_dir);
+    // Hosts run in their own trees, so a relative program path would name nothing there.
+    let launcher = absolute(&options.launcher);
     let layout = Layout::new(job, cluster, channels, job_dir);
     let cpu_sets = cpus::allot(options.cpus, &layout.cluster.hosts, &cpus::available())?;
     layout.write()?;
@@ -158,7 +160,7 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .zip(cpu_sets)
         .map(|(host, cpus)| HostCommand {
             host: host.clone(),
-            program: options.launcher.clone(),
+            program: launcher.clone(),
             args: vec!["train".to_owned()],
             env: layout.environment(host, &shared),
             base_dir: layout.host_dir(host),
@@ -169,7 +171,7 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         name: job.name.clone(),
         layout,
         commands,
-        launcher: options.launcher,
+        launcher,
         limits: options.limits,
     })
 }

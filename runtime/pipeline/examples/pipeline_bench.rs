@@ -29,8 +29,7 @@ fn fixture(n: u64) -> Image {
         for x in 0..w {
             let (u, v) = (f64::from(x) / f64::from(w), f64::from(y) / f64::from(h));
             for k in 0..3usize {
-                let wave =
-                    (u * f[k] * TAU + v * f[k + 3] * PI).sin() * (v * f[k + 6] * TAU).cos();
+                let wave = (u * f[k] * TAU + v * f[k + 3] * PI).sin() * (v * f[k + 6] * TAU).cos();
                 let edge = if (u - 0.3 * f[k] / 6.0).abs() < 0.1 {
                     60.0
                 } else {

@@ -11,7 +11,13 @@ use super::render::{ensure_fresh, render_spec};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
 
+/// The variable that carries the job token to every instance (as in the runtime's hetgen-env).
+const TOKEN_VAR: &str = "HETGEN_JOB_TOKEN";
+
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
+    if args.local.local {
+        return super::local::run(args);
+    }
     let (job, rendered) = render_spec(&args.spec)?;
     let Some(sm) = &job.sagemaker else {
         return Err(Failure::NoSageMaker {
@@ -37,7 +43,9 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         None if job.fixed_name => request.name().to_owned(),
         None => unique_name(request.name(), SystemTime::now()),
     };
-    let request = request.renamed(&name);
+    // A fresh token per submission, only in the request: never in a rendered file.
+    let token = hetgen_deploy::job_token();
+    let request = request.renamed(&name).with_environment(TOKEN_VAR, &token);
     if args.dry_run {
         println!("{}", request.as_json());
         return Ok(ExitCode::SUCCESS);

@@ -1,9 +1,12 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod deploy;
 pub mod jobs;
+pub mod local;
 pub mod new;
 pub mod plan;
+pub mod profile;
 pub mod render;
 pub mod schema;
 pub mod validate;

@@ -10,10 +10,14 @@ use crate::exit::Failure;
 
 pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let (job, _) = super::load(&args.spec)?;
+    let cpu_per_gpu = match &args.profile {
+        Some(path) => Some(super::profile::vcpus_per_gpu(path)?),
+        None => args.cpu_per_gpu,
+    };
     let plan = hetgen_plan::plan(
         &job,
         Catalog::builtin(),
-        args.cpu_per_gpu,
+        cpu_per_gpu,
         args.reserve_vcpus,
         args.options,
     )?;

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 mod aws;
 mod fixture;
+mod local;
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -14,7 +15,7 @@ pub fn repo() -> PathBuf {
         .unwrap()
 }
 
-fn hetgen(args: &[&str], cwd: &Path) -> Output {
+pub fn hetgen(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hetgen"))
         .args(args)
         .current_dir(cwd)

@@ -1,0 +1,338 @@
+//! `hetgen bench [SPEC]`: the job run locally twice with the same step count — homogeneous
+//! (the trainer host alone, preprocessing on its own cores) and heterogeneous (the same trainer
+//! host plus the data hosts on the machine's other cores) — then priced per step.
+//!
+//! Both runs use the rendered launcher and the real runtime, so what differs is only where the
+//! pipeline runs. The trainer host gets the same cores in both; the data hosts share the rest.
+//! Writes `bench.json` and `bench.svg` (step time and stall per configuration).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use hetgen_local::supervise::Status;
+use hetgen_local::{CpuPolicy, Limits, Observer, RunOptions, StopRequests};
+use hetgen_spec::Job;
+use hetgen_spec::model::{Length, Role};
+use serde::Serialize;
+
+use super::render::{ensure_fresh, render_spec};
+use crate::cli::{BenchArgs, Format};
+use crate::exit::Failure;
+
+/// One configuration's result.
+#[derive(Debug, Serialize)]
+pub struct Config {
+    pub configuration: String,
+    pub instances: u32,
+    pub price_per_hour: f64,
+    pub mean_step_ms: f64,
+    pub cost_per_step: f64,
+    pub stall_fraction: f64,
+    pub samples_per_s: f64,
+    pub steps: u64,
+    pub trainer_cores: Vec<usize>,
+    pub data_cores: Vec<usize>,
+    pub job_dir: PathBuf,
+}
+
+/// `bench.json`.
+#[derive(Debug, Serialize)]
+pub struct Bench {
+    pub spec: String,
+    pub job: String,
+    pub steps: u64,
+    pub homogeneous: Config,
+    pub heterogeneous: Config,
+    /// `1 − heterogeneous cost per step / homogeneous cost per step`.
+    pub improvement: f64,
+    /// Homogeneous step time / heterogeneous step time.
+    pub speedup: f64,
+}
+
+pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
+    let (job, rendered) = render_spec(&args.spec)?;
+    ensure_fresh(&rendered, &args.out)?;
+    let bad = |why: &str, hint: &str| Failure::Bench {
+        spec: args.spec.clone(),
+        why: why.to_owned(),
+        hint: hint.to_owned(),
+    };
+    if !job.groups.iter().any(|g| g.role == Role::Data) {
+        return Err(bad(
+            "the job has no data group",
+            "bench compares a job with data hosts against its trainer alone",
+        ));
+    }
+    let job_root = args.out.join(&rendered.dir);
+    let steps = args.steps.unwrap_or(match job.trainer.length {
+        Length::Steps(n) => n.min(200),
+        Length::Epochs(_) => 100,
+    });
+    let mut hetero = job.clone();
+    hetero.trainer.length = Length::Steps(steps.max(1));
+    hetero.trainer.checkpoint_every = None;
+    let mut homo = hetero.clone();
+    homo.groups.retain(|g| g.role == Role::Trainer);
+    homo.channels.retain(|c| {
+        c.instance_groups.is_empty()
+            || c.instance_groups
+                .iter()
+                .any(|g| homo.groups.iter().any(|h| &h.name == g))
+    });
+    for channel in &mut homo.channels {
+        channel.instance_groups.clear();
+    }
+
+    let cores = hetgen_local::cpus::available();
+    if cores.len() < 2 {
+        return Err(bad(
+            "this machine lets hetgen use one core",
+            "bench needs at least two: one for the trainer, one for data",
+        ));
+    }
+    let k = args
+        .trainer_cores
+        .unwrap_or(cores.len() / 2)
+        .clamp(1, cores.len() - 1);
+    let (trainer_cores, data_cores) = (cores[..k].to_vec(), cores[k..].to_vec());
+    let launcher = match &args.launcher {
+        Some(path) => hetgen_local::launcher::check_executable(path)?,
+        None => super::local::build_launcher(&job_root, args.release)?,
+    };
+    let results = args
+        .results
+        .clone()
+        .unwrap_or_else(|| job_root.join("bench"));
+    let spec_dir = args
+        .spec
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_owned);
+
+    let run_one = |name: &str, job: &Job| -> Result<Config, Failure> {
+        let dir = results.join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            bad(
+                &format!("cannot create {}: {e}", dir.display()),
+                "choose a writable `--results` folder",
+            )
+        })?;
+        let job_file = dir.join("job.json");
+        let file = serde_json::json!({
+            "generated_by": format!("hetgen {} bench", env!("CARGO_PKG_VERSION")),
+            "spec": args.spec.display().to_string(),
+            "spec_sha256": "",
+            "job": job,
+        });
+        std::fs::write(
+            &job_file,
+            serde_json::to_string_pretty(&file).expect("JSON serializes"),
+        )
+        .map_err(|e| {
+            bad(
+                &format!("cannot write {}: {e}", job_file.display()),
+                "choose a writable `--results` folder",
+            )
+        })?;
+        let options = RunOptions {
+            job_dir: dir.join("run"),
+            launcher: launcher.clone(),
+            job_file,
+            spec_dir: spec_dir.clone(),
+            caller_env: std::env::vars().collect(),
+            env: vec![],
+            cpus: CpuPolicy::Shared,
+            limits: Limits {
+                max_runtime: hetgen_local::spec_max_runtime(job),
+                grace: Duration::from_secs(10),
+            },
+            seed: Some(1),
+        };
+        let mut local = hetgen_local::prepare(job, options)?;
+        for command in &mut local.commands {
+            command.cpus = Some(if command.host.role == Role::Trainer {
+                trainer_cores.clone()
+            } else {
+                data_cores.clone()
+            });
+        }
+        eprintln!(
+            "bench: {name} run, {steps} steps ({} host(s))",
+            local.commands.len()
+        );
+        let mut quiet = Quiet::default();
+        let record = local.run(&StopRequests::from_signals(), &mut quiet)?;
+        if record.status != Status::Completed {
+            for line in quiet.tail {
+                eprintln!("{line}");
+            }
+            return Err(Failure::LocalJobFailed {
+                name: record.job_name.clone(),
+                status: format!("{:?}", record.status),
+                reason: record.failure_reason.clone(),
+                dir: record.job_dir.clone(),
+            });
+        }
+        let field = |key: &str| {
+            record
+                .summary
+                .as_ref()
+                .and_then(|s| s.get(key))
+                .and_then(serde_json::Value::as_f64)
+        };
+        let mean_step_ms = field("mean_step_ms").ok_or_else(|| {
+            bad(
+                "the trainer wrote no summary",
+                "see the trainer's log in the run folder",
+            )
+        })?;
+        let price = hetgen_plan::cluster_price(job, None)?;
+        Ok(Config {
+            configuration: name.to_owned(),
+            instances: job.groups.iter().map(|g| g.count).sum(),
+            price_per_hour: price,
+            mean_step_ms,
+            cost_per_step: hetgen_plan::cost_per_step(price, mean_step_ms),
+            stall_fraction: field("stall_fraction").unwrap_or(0.0),
+            samples_per_s: field("samples_per_s").unwrap_or(0.0),
+            steps,
+            trainer_cores: trainer_cores.clone(),
+            data_cores: if job.groups.len() > 1 {
+                data_cores.clone()
+            } else {
+                vec![]
+            },
+            job_dir: record.job_dir.clone(),
+        })
+    };
+    let homogeneous = run_one("homogeneous", &homo)?;
+    let heterogeneous = run_one("heterogeneous", &hetero)?;
+    let bench = Bench {
+        spec: args.spec.display().to_string(),
+        job: job.name.clone(),
+        steps,
+        improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
+        speedup: homogeneous.mean_step_ms / heterogeneous.mean_step_ms,
+        homogeneous,
+        heterogeneous,
+    };
+    let json = serde_json::to_string_pretty(&bench).expect("JSON serializes");
+    std::fs::write(results.join("bench.json"), &json).map_err(|e| {
+        bad(
+            &format!("cannot write bench.json: {e}"),
+            "choose a writable `--results` folder",
+        )
+    })?;
+    std::fs::write(results.join("bench.svg"), chart(&bench)).map_err(|e| {
+        bad(
+            &format!("cannot write bench.svg: {e}"),
+            "choose a writable `--results` folder",
+        )
+    })?;
+    match args.format {
+        Format::Json => println!("{json}"),
+        Format::Human => print!("{}", table(&bench)),
+    }
+    eprintln!(
+        "wrote {} and bench.svg",
+        results.join("bench.json").display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Keeps the last lines of output for a failure message; shows nothing while running.
+#[derive(Default)]
+struct Quiet {
+    tail: Vec<String>,
+}
+
+impl Observer for Quiet {
+    fn output(&mut self, host: &hetgen_local::Host, _stream: hetgen_local::Stream, line: &str) {
+        self.tail
+            .push(format!("[{} {}] {line}", host.name, host.group));
+        if self.tail.len() > 30 {
+            self.tail.remove(0);
+        }
+    }
+}
+
+fn table(b: &Bench) -> String {
+    let mut out = format!(
+        "{:<14} {:>9} {:>9} {:>14} {:>16} {:>12} {:>7}\n",
+        "configuration",
+        "instances",
+        "$/h",
+        "mean step ms",
+        "cost per step $",
+        "improvement",
+        "stall"
+    );
+    for (c, improvement) in [(&b.homogeneous, 0.0), (&b.heterogeneous, b.improvement)] {
+        out += &format!(
+            "{:<14} {:>9} {:>9.3} {:>14.2} {:>16.3e} {:>11.1}% {:>6.1}%\n",
+            c.configuration,
+            c.instances,
+            c.price_per_hour,
+            c.mean_step_ms,
+            c.cost_per_step,
+            improvement * 100.0,
+            c.stall_fraction * 100.0
+        );
+    }
+    out + &format!("speed-up {:.2}×, {} steps each\n", b.speedup, b.steps)
+}
+
+/// Two bar charts side by side: mean step time and stall, per configuration.
+fn chart(b: &Bench) -> String {
+    use plotters::prelude::*;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (800, 360)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let panels = root.split_evenly((1, 2));
+        let configs = [&b.homogeneous, &b.heterogeneous];
+        let series: [(&str, Vec<f64>); 2] = [
+            (
+                "mean step time (ms)",
+                configs.iter().map(|c| c.mean_step_ms).collect(),
+            ),
+            (
+                "stall (% of step time)",
+                configs.iter().map(|c| c.stall_fraction * 100.0).collect(),
+            ),
+        ];
+        for (panel, (title, values)) in panels.iter().zip(series) {
+            let top = values.iter().cloned().fold(1e-9, f64::max) * 1.2;
+            let Ok(mut chart) = ChartBuilder::on(panel)
+                .caption(title, ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(30)
+                .y_label_area_size(50)
+                .build_cartesian_2d((0..2).into_segmented(), 0.0..top)
+            else {
+                continue;
+            };
+            let _ = chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_label_formatter(&|x| match x {
+                    SegmentValue::CenterOf(0) => "homogeneous".to_owned(),
+                    SegmentValue::CenterOf(1) => "heterogeneous".to_owned(),
+                    _ => String::new(),
+                })
+                .draw();
+            let colors = [RGBColor(120, 120, 120), RGBColor(30, 110, 200)];
+            let _ = chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+                let x0 = SegmentValue::Exact(i as i32);
+                let x1 = SegmentValue::Exact(i as i32 + 1);
+                let mut bar = Rectangle::new([(x0, 0.0), (x1, *v)], colors[i].filled());
+                bar.set_margin(0, 0, 20, 20);
+                bar
+            }));
+        }
+        let _ = root.present();
+    }
+    svg
+}

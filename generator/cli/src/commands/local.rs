@@ -1,0 +1,257 @@
+//! `hetgen deploy --local`: run what `hetgen render` wrote as a simulated cluster here.
+//!
+//! The order of work is the one SageMaker follows: the rendered files must match the spec, the
+//! launcher is built (once; cargo caches it), every host gets its `/opt/ml` tree, the hosts run,
+//! and the job ends Completed, Failed or Stopped with a job record in its folder.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use hetgen_local::supervise::Status;
+use hetgen_local::{
+    CpuPolicy, Exit, Host, JobRecord, LauncherBuild, Limits, Observer, RunOptions, Step,
+    StopRequests, Stream,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::render::{ensure_fresh, render_spec};
+use crate::cli::DeployArgs;
+use crate::exit::Failure;
+
+pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
+    let local = &args.local;
+    let (job, rendered) = render_spec(&args.spec)?;
+    // The run uses exactly the rendered job.json and launcher, so they must match the spec.
+    ensure_fresh(&rendered, &args.out)?;
+    let job_root = args.out.join(&rendered.dir);
+
+    let launcher = match &local.launcher {
+        Some(path) => hetgen_local::launcher::check_executable(path)?,
+        None => build_launcher(&job_root, local.release)?,
+    };
+    let env = local
+        .env
+        .iter()
+        .map(|flag| hetgen_local::layout::parse_env_flag(flag))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cpus = match (local.cpus_per_host, local.cpus_from_catalog) {
+        (Some(n), _) => CpuPolicy::PerHost(n),
+        (None, true) => CpuPolicy::FromCatalog,
+        (None, false) => CpuPolicy::Shared,
+    };
+    let max_runtime = local
+        .max_runtime
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+        .or_else(|| hetgen_local::spec_max_runtime(&job));
+    let job_dir = local
+        .job_dir
+        .clone()
+        .unwrap_or_else(|| hetgen_local::default_job_dir(&job_root, &job.name, SystemTime::now()));
+    let spec_dir = args
+        .spec
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_owned);
+    let options = RunOptions {
+        job_dir,
+        launcher,
+        job_file: job_root.join("job.json"),
+        spec_dir: if spec_dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            spec_dir
+        },
+        caller_env: std::env::vars().collect(),
+        env,
+        cpus,
+        limits: Limits {
+            max_runtime,
+            grace: Duration::from_secs_f64(local.grace.max(0.0)),
+        },
+        seed: local.seed,
+    };
+    let prepared = hetgen_local::prepare(&job, options)?;
+    eprintln!(
+        "local job `{}` in {}",
+        prepared.name,
+        prepared.layout.job_dir.display()
+    );
+    for command in &prepared.commands {
+        let cpus = command
+            .cpus
+            .as_ref()
+            .map_or_else(|| "all cores".to_owned(), |c| format!("cores {c:?}"));
+        eprintln!(
+            "  {:<8} {:<14} {:<16} {:?} {} ({cpus})",
+            command.host.name,
+            command.host.group,
+            command.host.instance_type,
+            command.host.role,
+            command.host.address
+        );
+    }
+
+    let stop = StopRequests::from_signals();
+    let mut console = Console::new();
+    let record = prepared.run(&stop, &mut console)?;
+    console.bar.finish_and_clear();
+    print_record(&record);
+    match record.status {
+        Status::Completed => Ok(ExitCode::SUCCESS),
+        status => Err(Failure::LocalJobFailed {
+            name: record.job_name.clone(),
+            status: format!("{status:?}"),
+            reason: record.failure_reason.clone(),
+            dir: record.job_dir.clone(),
+        }),
+    }
+}
+
+/// Build the rendered launcher crate, showing cargo's progress on one line.
+pub(super) fn build_launcher(job_root: &Path, release: bool) -> Result<PathBuf, Failure> {
+    let build = LauncherBuild::new(job_root.join("launcher"), release);
+    let bar = spinner();
+    bar.set_prefix("building the launcher");
+    let mut last = Vec::new();
+    let result = build.build(&job_root.join("local/bin/launcher"), &mut |line| {
+        bar.set_message(line.trim().to_owned());
+        last.push(line.to_owned());
+        if last.len() > 40 {
+            last.remove(0);
+        }
+    });
+    bar.finish_and_clear();
+    if result.is_err() {
+        // Cargo's own words say what went wrong; show its last lines before our summary.
+        for line in &last {
+            eprintln!("{line}");
+        }
+    }
+    Ok(result?)
+}
+
+fn spinner() -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix}: {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Prefixed host output above a live progress line.
+struct Console {
+    bar: ProgressBar,
+    width: usize,
+    /// No terminal: no progress line, every line straight to stderr.
+    plain: bool,
+}
+
+impl Console {
+    fn new() -> Self {
+        let plain = !std::io::stderr().is_terminal();
+        let bar = if plain {
+            ProgressBar::hidden()
+        } else {
+            spinner()
+        };
+        bar.set_prefix("starting");
+        Console {
+            bar,
+            width: 0,
+            plain,
+        }
+    }
+
+    /// A line above the progress line; plain stderr when there is no terminal to draw on
+    /// (indicatif drops `println` on a hidden bar, and CI logs want every line).
+    fn say(&self, line: String) {
+        if self.plain {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
+    }
+}
+
+impl Observer for Console {
+    fn started(&mut self, host: &Host, pid: u32) {
+        self.width = self.width.max(host.name.len() + host.group.len() + 3);
+        self.say(format!("[{} {}] started, pid {pid}", host.name, host.group));
+    }
+
+    fn output(&mut self, host: &Host, _stream: Stream, line: &str) {
+        let prefix = format!("[{} {}]", host.name, host.group);
+        self.say(format!("{prefix:<width$} {line}", width = self.width));
+    }
+
+    fn step(&mut self, _host: &Host, step: &Step) {
+        self.bar.set_prefix("training");
+        self.bar.set_message(format!(
+            "step {}  loss {:.4}  {:.0} samples/s  stall {:.1} %",
+            step.step,
+            step.loss,
+            step.samples_per_s,
+            step.stall_percent()
+        ));
+    }
+
+    fn exited(&mut self, host: &Host, exit: &Exit) {
+        self.say(format!(
+            "[{} {}] {}",
+            host.name,
+            host.group,
+            exit.describe()
+        ));
+    }
+
+    fn stopping(&mut self, reason: &str) {
+        self.bar.set_prefix("stopping");
+        self.say(format!("stopping the job: {reason}"));
+    }
+}
+
+fn print_record(record: &JobRecord) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "\nlocal job `{}`: {:?} after {:.1} s",
+        record.job_name, record.status, record.duration_s
+    );
+    for host in &record.hosts {
+        let exit = match (host.exit_code, host.signal) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(signal)) => {
+                format!("killed by {}", hetgen_local::supervise::signal_name(signal))
+            }
+            (None, None) => "no exit status".to_owned(),
+        };
+        let _ = writeln!(
+            err,
+            "  {:<8} {:<14} {:>8.1} s  {exit}",
+            host.name, host.group, host.duration_s
+        );
+    }
+    if let Some(summary) = &record.summary {
+        let field = |key: &str| summary.get(key).and_then(serde_json::Value::as_f64);
+        let _ = writeln!(
+            err,
+            "  trainer: {} steps, mean step {:.1} ms, {:.0} samples/s, stall {:.1} %, final loss {:.4}",
+            field("steps").unwrap_or(0.0),
+            field("mean_step_ms").unwrap_or(f64::NAN),
+            field("samples_per_s").unwrap_or(f64::NAN),
+            field("stall_fraction").unwrap_or(f64::NAN) * 100.0,
+            field("final_loss").unwrap_or(f64::NAN),
+        );
+    }
+    if let Some(model) = &record.model_dir {
+        let _ = writeln!(err, "  model: {}", model.display());
+    }
+    let _ = writeln!(
+        err,
+        "  record: {}",
+        record.job_dir.join("job-record.json").display()
+    );
+}

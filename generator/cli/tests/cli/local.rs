@@ -1,0 +1,299 @@
+//! `hetgen deploy --local`, `profile` and `bench` on a project made by `hetgen new`: the real
+//! rendered launcher, built by cargo, running the real runtime as one process per host.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{code, hetgen, stderr};
+
+/// `hetgen new demo` + `hetgen render` in a fresh folder; returns the project folder.
+fn project(root: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
+    assert_eq!(code(&hetgen(&["new", "demo"], root)), 0);
+    let dir = root.join("demo");
+    let spec = dir.join("hetgen.toml");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    std::fs::write(&spec, edit(text)).unwrap();
+    let out = hetgen(&["render"], &dir);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    dir
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+/// Processes whose working directory is inside `dir` (every host runs in its own tree there).
+fn processes_in(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) {
+            let zombie = std::fs::read_to_string(entry.path().join("stat"))
+                .is_ok_and(|s| s.contains(") Z "));
+            if cwd.starts_with(dir) && !zombie {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn deploy_local_runs_the_tiny_example_to_completion() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| t);
+    let job_dir = root.path().join("run");
+    let out = hetgen(
+        &["deploy", "--local", "--job-dir", job_dir.to_str().unwrap()],
+        &dir,
+    );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(err.contains("Completed"), "{err}");
+    assert!(
+        err.contains("data_group] ") && err.contains("dnn_group] "),
+        "host output is prefixed: {err}"
+    );
+    let record = read_json(&job_dir.join("job-record.json"));
+    assert_eq!(record["status"], "Completed");
+    let hosts = record["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 3);
+    assert!(hosts.iter().all(|h| h["exit_code"] == 0), "{record:#}");
+    assert_eq!(record["summary"]["steps"], 60);
+    assert!(job_dir.join("model").join("model.safetensors").is_file());
+    assert!(processes_in(&job_dir).is_empty());
+}
+
+#[test]
+fn deploy_local_refuses_stale_rendered_files() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| t);
+    let spec = dir.join("hetgen.toml");
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("steps = 60", "steps = 61");
+    std::fs::write(&spec, text).unwrap();
+    let out = hetgen(&["deploy", "--local"], &dir);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("stale"), "{}", stderr(&out));
+    assert!(!dir.join("build/demo/local").exists(), "nothing ran");
+}
+
+#[test]
+fn a_data_host_killed_mid_run_fails_the_job_and_leaves_no_process() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| t.replace("steps = 60", "steps = 1000000"));
+    let job_dir = root.path().join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hetgen"))
+        .args([
+            "deploy",
+            "--local",
+            "--grace",
+            "2",
+            "--job-dir",
+            job_dir.to_str().unwrap(),
+        ])
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the trainer's first step (its log is in its tree), then kill a data host.
+    let started = Instant::now();
+    let victim = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the job never started training"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let Ok(hosts) = std::fs::read_dir(job_dir.join("hosts")) else {
+            continue;
+        };
+        let trees: Vec<PathBuf> = hosts.flatten().map(|e| e.path()).collect();
+        let training = trees.iter().any(|t| {
+            std::fs::read_to_string(t.join("output/log.txt"))
+                .is_ok_and(|l| l.contains("hetgen-step"))
+        });
+        let data = trees.iter().find(|t| {
+            std::fs::read_to_string(t.join("input/config/resourceconfig.json")).is_ok_and(|c| {
+                c.contains("\"current_group_name\":\"data_group\"")
+                    || c.contains("\"current_group_name\": \"data_group\"")
+            })
+        });
+        if let (true, Some(data)) = (training, data) {
+            let pids = processes_in(data);
+            if let Some(pid) = pids.first() {
+                break *pid;
+            }
+        }
+    };
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &victim.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    let record = read_json(&job_dir.join("job-record.json"));
+    assert_eq!(record["status"], "Failed", "{record:#}");
+    assert!(
+        record["failure_reason"]
+            .as_str()
+            .unwrap()
+            .contains("SIGKILL"),
+        "{record:#}"
+    );
+    assert!(
+        processes_in(&job_dir).is_empty(),
+        "processes left behind: {:?}",
+        processes_in(&job_dir)
+    );
+}
+
+#[test]
+fn profile_writes_what_plan_reads() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| t);
+    let out = hetgen(
+        &[
+            "profile",
+            "--seconds",
+            "1",
+            "--threads",
+            "1",
+            "--gpu-samples-per-s",
+            "2000",
+            "--out",
+            "p.json",
+            "--format",
+            "json",
+        ],
+        &dir,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let profile = read_json(&dir.join("p.json"));
+    assert_eq!(printed, profile);
+    let (rate, cpu) = (
+        profile["samples_per_s"].as_f64().unwrap(),
+        profile["cpu_seconds_per_sample"].as_f64().unwrap(),
+    );
+    assert!(rate > 0.0 && cpu > 0.0, "{profile:#}");
+    assert_eq!(profile["threads"], 1);
+    let stages: Vec<&str> = profile["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        vec!["source", "decode+random_resized_crop", "horizontal_flip"]
+    );
+    let vcpus = profile["vcpus_per_gpu"].as_f64().unwrap();
+    assert!((vcpus - 2000.0 * cpu).abs() < 1e-9);
+
+    let mnist = super::repo().join("examples/mnist-hetero.toml");
+    let plan = hetgen(
+        &[
+            "plan",
+            mnist.to_str().unwrap(),
+            "--profile",
+            "p.json",
+            "--format",
+            "json",
+        ],
+        &dir,
+    );
+    assert_eq!(code(&plan), 0, "{}", stderr(&plan));
+    let by_flag = hetgen(
+        &[
+            "plan",
+            mnist.to_str().unwrap(),
+            "--cpu-per-gpu",
+            &vcpus.to_string(),
+            "--format",
+            "json",
+        ],
+        &dir,
+    );
+    assert_eq!(
+        plan.stdout, by_flag.stdout,
+        "--profile means --cpu-per-gpu of the profile"
+    );
+
+    // A profile without a GPU rate cannot size a cluster, and says how to fix that.
+    assert_eq!(
+        code(&hetgen(
+            &["profile", "--seconds", "0.2", "--out", "q.json"],
+            &dir
+        )),
+        0
+    );
+    let refused = hetgen(
+        &["plan", mnist.to_str().unwrap(), "--profile", "q.json"],
+        &dir,
+    );
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("--gpu-samples-per-s"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[test]
+fn bench_runs_both_configurations_and_writes_json_and_svg() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| t);
+    let results = root.path().join("bench");
+    let out = hetgen(
+        &[
+            "bench",
+            "--steps",
+            "12",
+            "--results",
+            results.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+        &dir,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let bench = read_json(&results.join("bench.json"));
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed, bench);
+    for side in ["homogeneous", "heterogeneous"] {
+        let c = &bench[side];
+        assert_eq!(c["steps"], 12);
+        assert!(c["mean_step_ms"].as_f64().unwrap() > 0.0, "{bench:#}");
+        let cost =
+            c["price_per_hour"].as_f64().unwrap() * c["mean_step_ms"].as_f64().unwrap() / 3.6e6;
+        assert!((c["cost_per_step"].as_f64().unwrap() - cost).abs() < 1e-12);
+    }
+    assert_eq!(bench["homogeneous"]["instances"], 1);
+    assert_eq!(bench["heterogeneous"]["instances"], 3);
+    let (h, e) = (
+        &bench["homogeneous"]["cost_per_step"],
+        &bench["heterogeneous"]["cost_per_step"],
+    );
+    let improvement = 1.0 - e.as_f64().unwrap() / h.as_f64().unwrap();
+    assert!((bench["improvement"].as_f64().unwrap() - improvement).abs() < 1e-12);
+    let svg = std::fs::read_to_string(results.join("bench.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(svg.contains("homogeneous") && svg.contains("heterogeneous"));
+}
