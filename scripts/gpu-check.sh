@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The trainer's GPU path on any CUDA machine, in a few minutes: ResNet-50 (bf16 autocast, every
+# GPU of the machine as a replica) on synthetic 500x375 JPEGs, run by `hetgen bench` twice —
+# homogeneous (the trainer host decodes and augments on its own cores) and heterogeneous (two
+# data hosts on the other cores stream batches over gRPC). Prints the bench table and leaves
+# bench.json and bench.svg in the work folder it names.
+#
+#   scripts/gpu-check.sh [STEPS]        (default 100 steps per configuration)
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+steps="${1:-100}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
+cd "$repo"
+make build >&2
+venv="$(scripts/torch-env.sh)"
+"$venv/bin/python" -c 'import torch; assert torch.cuda.is_available(), "no CUDA device visible to PyTorch"; print(torch.cuda.get_device_name(0), "x", torch.cuda.device_count())'
+work="$(mktemp -d "${TMPDIR:-/tmp}/hetgen-gpu-check.XXXXXX")"
+cp scripts/gpu-check/hetgen.toml "$work/"
+cd "$work"
+"$CARGO_TARGET_DIR/debug/hetgen" render >&2
+"$CARGO_TARGET_DIR/debug/hetgen" bench --release --steps "$steps" --results "$work/bench"
+echo "results: $work/bench (bench.json, bench.svg; host logs under */run/hosts/*/output/log.txt)"
