@@ -189,3 +189,111 @@ fn remote_and_local_input_give_the_same_loss_sequence() {
     // More than one epoch (640 / 16 = 40 batches): the epoch boundary is crossed the same way.
     assert!(a[0].1 > a[59].1, "the model learned nothing: {a:?}");
 }
+
+/// Checkpoint, SIGKILL the trainer mid-run, resume from its checkpoints in a new run: the
+/// final weights equal those of an uninterrupted run, byte for byte.
+#[test]
+fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() {
+    let spec = SYNTHETIC
+        .replace("steps = 60", "steps = 90\ncheckpoint_every = 10")
+        .replace("log_every = 1", "log_every = 10");
+    let job = job(&spec);
+    let whole_dir = tempfile::tempdir().unwrap();
+    let whole = run_completed(&prepare(&job, whole_dir.path(), 5));
+
+    // The interrupted run, on a thread, killed from here once a checkpoint exists.
+    let killed_dir = tempfile::tempdir().unwrap();
+    let killed = prepare(&job, killed_dir.path(), 6);
+    let trainer_tree = killed
+        .commands
+        .iter()
+        .find(|c| c.host.role == Role::Trainer)
+        .unwrap()
+        .base_dir
+        .clone();
+    let running = std::thread::spawn(move || {
+        let record = killed
+            .run(&hetgen_local::StopRequests::new(), &mut Lines::default())
+            .unwrap();
+        (killed, record)
+    });
+    let checkpoints = trainer_tree.join("checkpoints");
+    let started = std::time::Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
+        let any = std::fs::read_dir(&checkpoints).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        });
+        if any {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = trainer_pid(&trainer_tree).expect("the trainer is running");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (_, record) = running.join().unwrap();
+    assert_eq!(record.status, hetgen_local::supervise::Status::Failed);
+
+    // A new run of the same job that finds those checkpoints, as a restarted SageMaker job
+    // finds what it synced to S3.
+    let resumed_dir = tempfile::tempdir().unwrap();
+    let resumed = prepare(&job, resumed_dir.path(), 7);
+    let target = resumed
+        .commands
+        .iter()
+        .find(|c| c.host.role == Role::Trainer)
+        .unwrap()
+        .base_dir
+        .join("checkpoints");
+    copy_dir(&checkpoints, &target);
+    let resumed = run_completed(&resumed);
+    let summary = resumed.summary.clone().unwrap();
+    let from = summary["resumed_from_step"]
+        .as_u64()
+        .expect("the trainer resumed");
+    assert!((10..90).contains(&from), "{summary}");
+
+    let weights = |r: &hetgen_local::JobRecord| {
+        std::fs::read(
+            r.model_dir
+                .as_ref()
+                .unwrap()
+                .join(hetgen_trainer::MODEL_FILE),
+        )
+        .unwrap()
+    };
+    assert!(
+        weights(&whole) == weights(&resumed),
+        "resumed from step {from}: final weights differ"
+    );
+}
+
+/// The pid of the process running in `tree` (a host's working directory).
+fn trainer_pid(tree: &std::path::Path) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
+        (std::fs::read_link(e.path().join("cwd")).ok()? == tree).then_some(pid)
+    })
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            copy_dir(&path, &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(entry.file_name())).unwrap();
+        }
+    }
+}

@@ -1,9 +1,7 @@
 //! JPEG and PNG in and out.
 //!
-//! Full JPEG decodes use zune-jpeg (SIMD IDCT and colour conversion, the fastest pure-Rust
-//! decoder we measured). When the next stage shrinks the image a lot, [`decode_jpeg_scaled`]
-//! uses jpeg-decoder's DCT-domain scaling instead: it runs a 4×4, 2×2 or 1×1 IDCT per block
-//! and so skips most of the decode's arithmetic — the CPU counterpart of DALI's ROI decode.
+//! JPEGs decode with zune-jpeg (SIMD IDCT and colour conversion), the fastest pure-Rust decoder
+//! we measured, PNGs with the png crate.
 
 use std::io::Cursor;
 
@@ -76,45 +74,6 @@ fn decode_jpeg(bytes: &[u8], channels: u32) -> Result<Image, String> {
         },
         channels,
     )
-}
-
-/// Decode a JPEG at the smallest of 1/8, 1/4, 1/2 or full scale that is still at least
-/// `min_width × min_height`; returns the image and the scale's denominator.
-pub fn decode_jpeg_scaled(
-    bytes: &[u8],
-    channels: u32,
-    min_width: u32,
-    min_height: u32,
-) -> Result<(Image, u32), String> {
-    let (full_w, full_h) = jpeg_dimensions(bytes)?;
-    let Some(denominator) = [8, 4, 2]
-        .into_iter()
-        .find(|d| full_w.div_ceil(*d) >= min_width && full_h.div_ceil(*d) >= min_height)
-    else {
-        // No scaling possible: zune-jpeg's full decode is faster than jpeg-decoder's.
-        return Ok((decode_jpeg(bytes, channels)?, 1));
-    };
-    let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
-    decoder.read_info().map_err(|e| format!("JPEG: {e}"))?;
-    let (w, h) = decoder
-        .scale(
-            full_w.div_ceil(denominator) as u16,
-            full_h.div_ceil(denominator) as u16,
-        )
-        .map_err(|e| format!("JPEG: {e}"))?;
-    let data = decoder.decode().map_err(|e| format!("JPEG: {e}"))?;
-    let got = match decoder.info().map(|i| i.pixel_format) {
-        Some(jpeg_decoder::PixelFormat::L8) => 1,
-        Some(jpeg_decoder::PixelFormat::RGB24) => 3,
-        other => return Err(format!("JPEG: unsupported pixel format {other:?}")),
-    };
-    let image = Image {
-        height: u32::from(h),
-        width: u32::from(w),
-        channels: got,
-        data,
-    };
-    Ok((convert(image, channels)?, denominator))
 }
 
 fn decode_png(bytes: &[u8], channels: u32) -> Result<Image, String> {
@@ -243,7 +202,7 @@ mod tests {
     }
 
     #[test]
-    fn jpeg_round_trips_closely_and_scales() {
+    fn jpeg_round_trips_closely() {
         let image = gradient(64, 96);
         let bytes = encode_jpeg(&image, 95).unwrap();
         assert_eq!(jpeg_dimensions(&bytes).unwrap(), (96, 64));
@@ -257,11 +216,6 @@ mod tests {
             .max()
             .unwrap();
         assert!(worst < 24, "max error {worst}");
-        let (small, d) = decode_jpeg_scaled(&bytes, 3, 20, 14).unwrap();
-        assert_eq!(d, 4);
-        assert_eq!(small.shape(), [16, 24, 3]);
-        let (full, d) = decode_jpeg_scaled(&bytes, 3, 96, 64).unwrap();
-        assert_eq!((full.shape(), d), ([64, 96, 3], 1));
     }
 
     #[test]

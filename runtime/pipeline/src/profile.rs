@@ -14,7 +14,7 @@ use crate::{Engine, EpochPlan, PipelineError};
 /// One stage's share of the work.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageCost {
-    /// Stage name (`source`, `decode+random_resized_crop`, …).
+    /// Stage name (`source`, then the spec's stages).
     pub name: String,
     /// CPU-seconds per sample.
     pub cpu_seconds_per_sample: f64,

@@ -503,12 +503,23 @@ fn each_submission_carries_a_fresh_job_token() {
     let token = |out: &Output| -> String {
         assert_eq!(code(out), 0, "{}", stderr(out));
         let request: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        request["Environment"]["HETGEN_JOB_TOKEN"].as_str().expect("a token").to_owned()
+        request["Environment"]["HETGEN_JOB_TOKEN"]
+            .as_str()
+            .expect("a token")
+            .to_owned()
     };
     let a = token(&aws(&["deploy", "--dry-run"], project.path(), false));
     let b = token(&aws(&["deploy", "--dry-run"], project.path(), false));
-    assert!(a.len() == 64 && a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+    assert!(
+        a.len() == 64 && a.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{a}"
+    );
     assert_ne!(a, b);
-    let rendered = std::fs::read_to_string(project.path().join("build/mnist-hetero/create-training-job.json")).unwrap();
+    let rendered = std::fs::read_to_string(
+        project
+            .path()
+            .join("build/mnist-hetero/create-training-job.json"),
+    )
+    .unwrap();
     assert!(!rendered.contains("HETGEN_JOB_TOKEN"));
 }
