@@ -74,12 +74,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
     hetero.trainer.checkpoint_every = None;
     let mut homo = hetero.clone();
     homo.groups.retain(|g| g.role == Role::Trainer);
-    homo.channels.retain(|c| {
-        c.instance_groups.is_empty()
-            || c.instance_groups
-                .iter()
-                .any(|g| homo.groups.iter().any(|h| &h.name == g))
-    });
+    // The trainer host preprocesses alone now, so it needs every channel, including those the
+    // spec delivers only to data groups.
     for channel in &mut homo.channels {
         channel.instance_groups.clear();
     }

@@ -105,11 +105,12 @@ fn a_data_host_killed_mid_run_fails_the_job_and_leaves_no_process() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait for the trainer's first step (its log is in its tree), then kill a data host.
+    // Wait for the trainer's first step (its log is in its tree), then kill a data host. Generous:
+    // on a cold cache this includes building the launcher crate.
     let started = Instant::now();
     let victim = loop {
         assert!(
-            started.elapsed() < Duration::from_secs(300),
+            started.elapsed() < Duration::from_secs(1800),
             "the job never started training"
         );
         std::thread::sleep(Duration::from_millis(200));
