@@ -168,7 +168,18 @@ deterministic = true
 fn remote_and_local_input_give_the_same_loss_sequence() {
     let job = job(SYNTHETIC);
     let remote_dir = tempfile::tempdir().unwrap();
-    let remote = run_completed(&prepare(&job, remote_dir.path(), 1));
+    let audit = remote_dir.path().join("audit.txt");
+    let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
+    let remote = run_completed(&prepare_with_env(&job, remote_dir.path(), 1, env));
+    // The audit file: every sample the trainer's input yielded, once per epoch; epoch 0 whole.
+    let mut seen = std::collections::BTreeSet::new();
+    for line in std::fs::read_to_string(&audit).unwrap().lines() {
+        let (epoch, id) = line.split_once(' ').unwrap();
+        let key: (u32, u64) = (epoch.parse().unwrap(), id.parse().unwrap());
+        assert!(seen.insert(key), "sample {key:?} yielded twice");
+    }
+    assert_eq!(seen.iter().filter(|(e, _)| *e == 0).count(), 640);
+    assert!(seen.iter().filter(|(e, _)| *e == 1).count() >= 20 * 16);
 
     let local_dir = tempfile::tempdir().unwrap();
     let mut local = prepare(&job, local_dir.path(), 2);

@@ -49,6 +49,11 @@ pub fn write_digits(root: &Path) {
 
 /// Lay the job out under `dir` with `job.json`, ready to run with this crate's launcher.
 pub fn prepare(job: &Job, dir: &Path, seed: u64) -> LocalJob {
+    prepare_with_env(job, dir, seed, vec![])
+}
+
+/// [`prepare`], with `env` in every host's environment.
+pub fn prepare_with_env(job: &Job, dir: &Path, seed: u64, env: Vec<(String, String)>) -> LocalJob {
     let job_file = dir.join("job.json");
     let file = serde_json::json!({
         "generated_by": "test", "spec": "hetgen.toml", "spec_sha256": "", "job": job,
@@ -61,7 +66,7 @@ pub fn prepare(job: &Job, dir: &Path, seed: u64) -> LocalJob {
         job_file,
         spec_dir: dir.to_owned(),
         caller_env,
-        env: vec![],
+        env,
         cpus: hetgen_local::CpuPolicy::Shared,
         limits: hetgen_local::Limits {
             max_runtime: Some(Duration::from_secs(240)),
