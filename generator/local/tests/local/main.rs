@@ -1,6 +1,7 @@
 //! hetgen-local as the launcher sees it: the files and environment of every simulated host, and
 //! supervision of real processes (small shell scripts stand in for the launcher).
 
+mod cpus;
 mod layout;
 mod supervise;
 
