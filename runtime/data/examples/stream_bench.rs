@@ -63,7 +63,7 @@ fn server(job: &hetgen_spec::model::Job, name: &str) -> std::net::SocketAddr {
         data: vec![7; 224 * 224 * 3],
     }));
     let engine = Arc::new(
-        Engine::with_source(job, source, &StageRegistry::builtin(), Some(1)).expect("engine"),
+        Engine::with_source(job, source, &StageRegistry::builtin(), None).expect("engine"),
     );
     let config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &engine);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -150,6 +150,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5.0);
     let budget = Duration::from_secs_f64(seconds);
+    if std::env::var_os("HETGEN_DEFAULT_MALLOC").is_none() {
+        hetgen_data::tune_allocator();
+    }
     let job = hetgen_spec::check("stream-bench.toml", SPEC)
         .job
         .expect("valid bench spec");

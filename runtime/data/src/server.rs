@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use hetgen_pipeline::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -302,7 +301,7 @@ fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Result<Bat
             last: batch.index + 1 == batches,
             sample_ids: batch.sample_ids,
             labels: batch.labels,
-            images: Bytes::from(batch.images),
+            images: batch.images,
             checksum,
         };
         shared.queued.fetch_add(1, Ordering::Relaxed);

@@ -35,6 +35,7 @@ pub fn launch(stages: StageRegistry) -> ExitCode {
         }
     };
     hetgen_data::role::init_logging();
+    hetgen_data::tune_allocator();
     let env = match hetgen_env::Env::load() {
         Ok(env) => env,
         Err(e) => {

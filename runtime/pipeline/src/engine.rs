@@ -241,7 +241,7 @@ impl Engine {
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
                 labels,
-                images,
+                images: images.into(),
                 shape: self.shape,
             };
             if !emit(batch) {

@@ -44,8 +44,9 @@ pub struct Batch {
     pub sample_ids: Vec<u64>,
     /// Class index of every sample.
     pub labels: Vec<i64>,
-    /// `[n, height, width, channels]` C-contiguous `u8` pixels.
-    pub images: Vec<u8>,
+    /// `[n, height, width, channels]` C-contiguous `u8` pixels. `Bytes`, so that a batch
+    /// received from the network is handed to the trainer without copying its payload.
+    pub images: bytes::Bytes,
     /// `[height, width, channels]` of one sample.
     pub shape: [u32; 3],
 }

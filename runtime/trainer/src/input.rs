@@ -279,7 +279,7 @@ mod tests {
             index: 2,
             sample_ids: (0..n as u64).collect(),
             labels: vec![0; n],
-            images: vec![0; n * pixels],
+            images: vec![0; n * pixels].into(),
             shape,
         }
     }
@@ -301,7 +301,7 @@ mod tests {
             })
         ));
         let mut short = batch([4, 4, 1], 2);
-        short.images.pop();
+        short.images.truncate(short.images.len() - 1);
         assert!(matches!(
             CHECK.validate(&short),
             Err(TrainError::Malformed { .. })

@@ -8,6 +8,7 @@ use hetgen_data::role::{init_logging, run_data_role};
 
 fn main() -> ExitCode {
     init_logging();
+    hetgen_data::tune_allocator();
     let run = || -> Result<String, Box<dyn std::error::Error>> {
         let env = hetgen_env::Env::load()?;
         let (_, file) = hetgen_env::load_job(None)?;

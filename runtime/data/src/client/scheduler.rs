@@ -443,7 +443,7 @@ impl ShardTask {
                 index,
                 sample_ids: message.sample_ids,
                 labels: message.labels,
-                images: Vec::from(message.images),
+                images: message.images,
                 shape: [shape[0], shape[1], shape[2]],
             };
             if self
