@@ -26,40 +26,9 @@ use crate::source::{self, Source};
 use crate::stage::{Stage, StageRegistry};
 use crate::{Batch, SampleRng};
 
-/// A compiled stage.
+/// A compiled stage: a built-in as the spec states it, or a custom stage built from its params.
 enum Op {
-    Decode {
-        channels: u32,
-    },
-    Resize {
-        size: [u32; 2],
-    },
-    CenterCrop {
-        size: [u32; 2],
-    },
-    RandomResizedCrop {
-        size: [u32; 2],
-        scale: [f64; 2],
-        ratio: [f64; 2],
-    },
-    Flip {
-        p: f64,
-    },
-    ColorJitter {
-        brightness: f64,
-        contrast: f64,
-        saturation: f64,
-    },
-    GaussianBlur {
-        kernel: u32,
-        sigma: [f64; 2],
-    },
-    RandomErasing {
-        p: f64,
-        scale: [f64; 2],
-        ratio: [f64; 2],
-        value: u8,
-    },
+    Builtin(StageSpec),
     Custom(Box<dyn Stage>),
 }
 
@@ -269,58 +238,7 @@ fn single(
     stage: &StageSpec,
     registry: &StageRegistry,
 ) -> Result<Option<(String, Op)>, PipelineError> {
-    let named = |name: &str, op| Ok(Some((name.to_owned(), op)));
     match stage {
-        StageSpec::Decode { channels } => named(
-            "decode",
-            Op::Decode {
-                channels: *channels,
-            },
-        ),
-        StageSpec::Resize { size } => named("resize", Op::Resize { size: *size }),
-        StageSpec::CenterCrop { size } => named("center_crop", Op::CenterCrop { size: *size }),
-        StageSpec::RandomResizedCrop { size, scale, ratio } => named(
-            "random_resized_crop",
-            Op::RandomResizedCrop {
-                size: *size,
-                scale: *scale,
-                ratio: *ratio,
-            },
-        ),
-        StageSpec::HorizontalFlip { p } => named("horizontal_flip", Op::Flip { p: *p }),
-        StageSpec::ColorJitter {
-            brightness,
-            contrast,
-            saturation,
-        } => named(
-            "color_jitter",
-            Op::ColorJitter {
-                brightness: *brightness,
-                contrast: *contrast,
-                saturation: *saturation,
-            },
-        ),
-        StageSpec::GaussianBlur { kernel, sigma } => named(
-            "gaussian_blur",
-            Op::GaussianBlur {
-                kernel: *kernel,
-                sigma: *sigma,
-            },
-        ),
-        StageSpec::RandomErasing {
-            p,
-            scale,
-            ratio,
-            value,
-        } => named(
-            "random_erasing",
-            Op::RandomErasing {
-                p: *p,
-                scale: *scale,
-                ratio: *ratio,
-                value: *value,
-            },
-        ),
         // On the trainer's device.
         StageSpec::Normalize { .. } | StageSpec::ToTensor => Ok(None),
         StageSpec::Custom { name, params } => match registry.build(name, params) {
@@ -334,7 +252,16 @@ fn single(
                 known: registry.names().join(", "),
             }),
         },
+        builtin => Ok(Some((op_name(builtin), Op::Builtin(builtin.clone())))),
     }
+}
+
+/// The stage's `op` as the spec writes it (`random_resized_crop`, …): its serde tag.
+fn op_name(stage: &StageSpec) -> String {
+    serde_json::to_value(stage)
+        .ok()
+        .and_then(|v| v.get("op")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "stage".to_owned())
 }
 
 fn pixels(payload: Payload, what: &str) -> Result<Image, String> {
@@ -345,28 +272,36 @@ fn pixels(payload: Payload, what: &str) -> Result<Image, String> {
 }
 
 fn apply(op: &Op, payload: Payload, rng: &mut SampleRng) -> Result<Image, String> {
-    Ok(match op {
-        Op::Decode { channels } => match payload {
+    let stage = match op {
+        Op::Custom(stage) => {
+            return stage
+                .apply(pixels(payload, "a custom stage")?, rng)
+                .map_err(|e| e.to_string());
+        }
+        Op::Builtin(stage) => stage,
+    };
+    Ok(match stage {
+        StageSpec::Decode { channels } => match payload {
             Payload::Encoded(bytes) => codec::decode(&bytes, *channels)?,
             // Synthetic pixels: nothing to decode.
             Payload::Pixels(image) => image,
         },
-        Op::Resize { size } => ops::resize(&pixels(payload, "resize")?, *size)?,
-        Op::CenterCrop { size } => ops::center_crop(&pixels(payload, "center_crop")?, *size),
-        Op::RandomResizedCrop { size, scale, ratio } => {
+        StageSpec::Resize { size } => ops::resize(&pixels(payload, "resize")?, *size)?,
+        StageSpec::CenterCrop { size } => ops::center_crop(&pixels(payload, "center_crop")?, *size),
+        StageSpec::RandomResizedCrop { size, scale, ratio } => {
             let image = pixels(payload, "random_resized_crop")?;
             let rect =
                 ops::random_resized_crop_rect(image.height, image.width, *scale, *ratio, rng);
             ops::resize_region(&image, rect, size[0], size[1])?
         }
-        Op::Flip { p } => {
+        StageSpec::HorizontalFlip { p } => {
             let mut image = pixels(payload, "horizontal_flip")?;
             if rng.chance(*p) {
                 ops::flip(&mut image);
             }
             image
         }
-        Op::ColorJitter {
+        StageSpec::ColorJitter {
             brightness,
             contrast,
             saturation,
@@ -375,10 +310,10 @@ fn apply(op: &Op, payload: Payload, rng: &mut SampleRng) -> Result<Image, String
             ops::color_jitter(&mut image, *brightness, *contrast, *saturation, rng);
             image
         }
-        Op::GaussianBlur { kernel, sigma } => {
+        StageSpec::GaussianBlur { kernel, sigma } => {
             ops::gaussian_blur(&pixels(payload, "gaussian_blur")?, *kernel, *sigma, rng)
         }
-        Op::RandomErasing {
+        StageSpec::RandomErasing {
             p,
             scale,
             ratio,
@@ -388,8 +323,10 @@ fn apply(op: &Op, payload: Payload, rng: &mut SampleRng) -> Result<Image, String
             ops::random_erasing(&mut image, *p, *scale, *ratio, *value, rng);
             image
         }
-        Op::Custom(stage) => stage
-            .apply(pixels(payload, "a custom stage")?, rng)
-            .map_err(|e| e.to_string())?,
+        // `compile` never makes these built-ins: normalisation is the trainer's, custom
+        // stages are `Op::Custom`.
+        StageSpec::Normalize { .. } | StageSpec::ToTensor | StageSpec::Custom { .. } => {
+            pixels(payload, "a device stage")?
+        }
     })
 }
