@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Creates or updates the Python venv of the test suite and prints its path on stdout, so that a
-# Makefile can say VENV="$(scripts/python-env.sh)"; what it did goes to stderr, in one line.
-# The venv lives outside the checkout (HETGEN_VENV, default ~/.cache/hetgen/venv) so that reruns
-# and CI's fresh clones reuse it, and pip runs only when requirements/test.txt changed: a stamp in
-# the venv records the sha256 of the requirements it last installed.
+# Creates or updates a Python venv and prints its path on stdout, so that a Makefile can say
+# VENV="$(scripts/python-env.sh)"; what it did goes to stderr, in one line. By default it is the
+# test suite's (requirements/test.txt); HETGEN_REQUIREMENTS=NAME installs requirements/NAME.txt
+# instead (scripts/torch-env.sh does). The venv lives outside the checkout (HETGEN_VENV, default
+# ~/.cache/hetgen/venv) so that reruns and CI's fresh clones reuse it, and pip runs only when the
+# requirements changed: a stamp in the venv records the sha256 of what it last installed.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${HETGEN_VENV:-$HOME/.cache/hetgen/venv}"
-requirements="$repo/requirements/test.txt"
+requirements="$repo/requirements/${HETGEN_REQUIREMENTS:-test}.txt"
+name="$(basename "$requirements" .txt)-env"
 stamp="$venv/.hetgen-requirements.sha256"
 want="$(sha256sum "$requirements" | cut -d' ' -f1)"
 
@@ -17,7 +19,7 @@ want="$(sha256sum "$requirements" | cut -d' ' -f1)"
 made=""
 if ! "$venv/bin/python" -c '' 2>/dev/null; then
   if [ -d "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv")" ]; then
-    echo "python-env: $venv exists and is not a venv; set HETGEN_VENV elsewhere" >&2
+    echo "$name: $venv exists and is not a venv; set HETGEN_VENV elsewhere" >&2
     exit 1
   fi
   python3 -m venv --clear "$venv" >&2
@@ -25,12 +27,12 @@ if ! "$venv/bin/python" -c '' 2>/dev/null; then
 fi
 
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-  echo "python-env: ${made}requirements unchanged, pip skipped ($venv)" >&2
+  echo "$name: ${made}requirements unchanged, pip skipped ($venv)" >&2
 else
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" >&2
   # Stamped only once pip succeeded, so a failed install is retried on the next run.
   echo "$want" >"$stamp.tmp"
   mv "$stamp.tmp" "$stamp"
-  echo "python-env: ${made}installed $(basename "$requirements") ($venv)" >&2
+  echo "$name: ${made}installed $(basename "$requirements") ($venv)" >&2
 fi
 echo "$venv"
