@@ -6,7 +6,7 @@
 //! pipeline runs. The trainer host gets the same cores in both; the data hosts share the rest.
 //! Writes `bench.json` and `bench.svg` (step time and stall per configuration).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -100,11 +100,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         .results
         .clone()
         .unwrap_or_else(|| job_root.join("bench"));
-    let spec_dir = args
-        .spec
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_owned);
+    let spec_dir = super::spec_dir(&args.spec).to_owned();
 
     let run_one = |name: &str, job: &Job| -> Result<Config, Failure> {
         let dir = results.join(name);

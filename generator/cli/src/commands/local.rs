@@ -49,19 +49,11 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         .job_dir
         .clone()
         .unwrap_or_else(|| hetgen_local::default_job_dir(&job_root, &job.name, SystemTime::now()));
-    let spec_dir = args
-        .spec
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_owned);
     let options = RunOptions {
         job_dir,
         launcher,
         job_file: job_root.join("job.json"),
-        spec_dir: if spec_dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            spec_dir
-        },
+        spec_dir: super::spec_dir(&args.spec).to_owned(),
         caller_env: std::env::vars().collect(),
         env,
         cpus,

@@ -17,6 +17,13 @@ use hetgen_spec::{Checked, Job, Report};
 
 use crate::exit::Failure;
 
+/// The folder a spec's relative paths (channels' `local_path`) start from.
+pub fn spec_dir(spec: &Path) -> &Path {
+    spec.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// Reads and checks the spec at `path`.
 pub fn check(path: &Path) -> Result<Checked, Failure> {
     let text = std::fs::read_to_string(path).map_err(|source| Failure::Read {

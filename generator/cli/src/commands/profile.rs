@@ -110,10 +110,7 @@ fn table(p: &Profile) -> String {
 
 /// Channel name → its local folder (relative paths start at the spec's folder).
 fn local_channels(job: &Job, spec: &Path) -> Result<BTreeMap<String, PathBuf>, Failure> {
-    let base = spec
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let base = super::spec_dir(spec);
     let mut out = BTreeMap::new();
     for channel in &job.channels {
         if let Some(path) = &channel.local_path {
