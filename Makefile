@@ -15,6 +15,7 @@ WITH_TORCH = TORCH_VENV="$$(scripts/torch-env.sh)" && export LIBTORCH_USE_PYTORC
 .PHONY: test demo build schema fmt bench-pipeline bench-stream
 
 build:
+	scripts/system-deps.sh
 	$(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-runtime
 
 ## The whole test suite: formatting, lints, Rust tests (deploy against moto's SageMaker
@@ -39,6 +40,7 @@ bench-pipeline:
 	bench/pipeline.sh
 
 bench-stream:
+	scripts/system-deps.sh
 	cargo run --locked --release -p hetgen-data --example stream_bench
 
 ## Regenerate the committed JSON Schema after changing the raw spec types.

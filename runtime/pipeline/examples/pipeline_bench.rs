@@ -1,18 +1,21 @@
 //! Images per second per core for every op and for the training pipeline
 //! decode → random_resized_crop 224 → horizontal_flip → normalize, on ImageNet-sized JPEGs.
 //!
-//! `cargo run --release -p hetgen-pipeline --example pipeline_bench -- FIXTURES [SECONDS]`
+//! `cargo run --release -p hetgen-pipeline --example pipeline_bench -- FIXTURES [SECONDS] [pipeline]`
 //! writes the fixtures (64 deterministic 500×375 JPEGs, quality 90) into FIXTURES if they are
 //! missing, so `bench/torchvision_pipeline.py` can time the same files; `bench/pipeline.sh`
-//! runs both. Everything runs on one thread: the numbers are per core.
+//! runs both. Everything runs on one thread: the numbers are per core. The pipeline rows run
+//! the engine itself (the ops a spec compiles to, the fused region decode included), then
+//! `ops::normalize`, which the engine leaves to the trainer's device but torchvision's pipeline
+//! does on the CPU.
 
 use std::f64::consts::{PI, TAU};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::image::Image;
-use hetgen_pipeline::ops;
-use hetgen_pipeline::{SampleRng, codec};
+use hetgen_pipeline::image::{Image, Payload, Sample};
+use hetgen_pipeline::source::Source;
+use hetgen_pipeline::{Engine, SampleRng, StageRegistry, codec, ops};
 
 const FILES: usize = 64;
 const MEAN: [f64; 3] = [0.485, 0.456, 0.406];
@@ -57,6 +60,68 @@ fn load(dir: &Path) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The fixtures as a source, read from memory so the rows time the pipeline, not the disk.
+struct Files(Vec<Vec<u8>>);
+
+impl Source for Files {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn read(&self, id: u64) -> Result<Sample, String> {
+        Ok(Sample {
+            label: 0,
+            payload: Payload::Encoded(self.0[id as usize].clone()),
+        })
+    }
+}
+
+/// The training pipeline of the comparison as a spec, at `size`×`size`.
+fn engine(files: &[Vec<u8>], size: u32) -> Engine {
+    let spec = format!(
+        r#"
+version = 1
+[job]
+name = "pipeline-bench"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 1
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[pipeline]
+source = {{ format = "synthetic", shape = [{size}, {size}, 3], classes = 10, samples = 64, encoding = "jpeg" }}
+batch_size = 1
+stage = [
+  {{ op = "decode" }},
+  {{ op = "random_resized_crop", size = [{size}, {size}] }},
+  {{ op = "horizontal_flip" }},
+  {{ op = "normalize", mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225] }},
+]
+[trainer]
+model = "resnet18"
+steps = 1
+"#
+    );
+    let checked = hetgen_spec::check("pipeline-bench.toml", &spec);
+    let job = checked
+        .job
+        .unwrap_or_else(|| panic!("invalid bench spec: {:?}", checked.report.problems));
+    let source = Box::new(Files(files.to_vec()));
+    Engine::with_source(&job, source, &StageRegistry::builtin(), Some(1)).expect("engine")
+}
+
+/// One image through the engine, then normalised as torchvision's pipeline does.
+fn through(engine: &Engine) -> impl FnMut(&u64, &mut SampleRng) + '_ {
+    move |id, _| {
+        let (image, _) = engine.sample(0, *id).unwrap();
+        ops::normalize(&image, &MEAN, &STD);
+    }
+}
+
 /// Runs `f` over the inputs round-robin for `budget`; images per second.
 fn rate<T>(inputs: &[T], budget: Duration, mut f: impl FnMut(&T, &mut SampleRng)) -> f64 {
     let mut n = 0u64;
@@ -80,6 +145,13 @@ fn main() {
     let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let budget = Duration::from_secs_f64(seconds);
     let files = load(Path::new(&dir));
+    let ids: Vec<u64> = (0..files.len() as u64).collect();
+    // `pipeline`: only the 224 pipeline's rate, for bench/pipeline.sh's alternating rounds.
+    if args.next().as_deref() == Some("pipeline") {
+        let rate = rate(&ids, budget, through(&engine(&files, 224)));
+        println!("hetgen-pipeline-rate {rate:.1}");
+        return;
+    }
     let kb = files.iter().map(Vec::len).sum::<usize>() as f64 / files.len() as f64 / 1024.0;
     let images: Vec<Image> = files
         .iter()
@@ -89,9 +161,16 @@ fn main() {
     let mut rows: Vec<(&str, f64)> = Vec::new();
 
     rows.push((
-        "decode (full, zune-jpeg)",
+        "decode (full, libjpeg-turbo)",
         rate(&files, budget, |b, _| {
             codec::decode(b, 3).unwrap();
+        }),
+    ));
+    rows.push((
+        "decode + random_resized_crop 224 (region decode)",
+        rate(&files, budget, |b, rng| {
+            let choose = |h, w| ops::random_resized_crop_rect(h, w, scale, ratio, rng);
+            codec::decode_resized(b, 3, choose, [224, 224]).unwrap();
         }),
     ));
     rows.push((
@@ -150,23 +229,22 @@ fn main() {
             ops::normalize(im, &MEAN, &STD);
         }),
     ));
-    let full = |size: u32| {
-        move |bytes: &Vec<u8>, rng: &mut SampleRng| {
-            let im = codec::decode(bytes, 3).unwrap();
-            let r = ops::random_resized_crop_rect(im.height, im.width, scale, ratio, rng);
-            let mut out = ops::resize_region(&im, r, size, size).unwrap();
-            if rng.chance(0.5) {
-                ops::flip(&mut out);
-            }
-            ops::normalize(&out, &MEAN, &STD);
-        }
-    };
-    let pipeline = rate(&files, budget, full(224));
+    let at_224 = engine(&files, 224);
+    let pipeline = rate(&ids, budget, through(&at_224));
+    let per_image = |d: Duration| d.as_secs_f64() * 1e3 / at_224.samples_done() as f64;
+    let split: Vec<String> = at_224
+        .stage_times()
+        .into_iter()
+        .map(|(stage, time)| format!("{stage} {:.3} ms", per_image(time)))
+        .collect();
     rows.push((
         "pipeline: decode, random_resized_crop 224, flip, normalize",
         pipeline,
     ));
-    rows.push(("the same at 96×96", rate(&files, budget, full(96))));
+    rows.push((
+        "the same at 96×96",
+        rate(&ids, budget, through(&engine(&files, 96))),
+    ));
 
     println!(
         "fixtures: {} JPEGs 500×375, mean {kb:.0} kB, in {dir}",
@@ -177,5 +255,9 @@ fn main() {
     for (name, r) in &rows {
         println!("| {name} | {r:.0} |");
     }
+    println!(
+        "engine CPU time per image at 224 (normalize not included): {}",
+        split.join(", ")
+    );
     println!("hetgen-pipeline-rate {pipeline:.1}");
 }

@@ -1,11 +1,14 @@
 //! JPEG and PNG in and out.
 //!
-//! JPEGs decode with zune-jpeg (SIMD IDCT and colour conversion), the fastest pure-Rust decoder
-//! we measured, PNGs with the png crate.
+//! JPEGs decode with libjpeg-turbo (its SIMD IDCT and colour conversion, through the C shim in
+//! [`jpeg`]), which also decodes just the region a crop needs; PNGs with the png crate.
 
 use std::io::Cursor;
 
 use crate::image::Image;
+use crate::ops::{self, Rect};
+
+pub mod jpeg;
 
 /// Encoded formats the `decode` stage understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,42 +41,69 @@ pub fn decode(bytes: &[u8], channels: u32) -> Result<Image, String> {
 
 /// `(width, height)` of a JPEG from its headers alone.
 pub fn jpeg_dimensions(bytes: &[u8]) -> Result<(u32, u32), String> {
-    let mut decoder = zune_jpeg::JpegDecoder::new(zune_core::bytestream::ZCursor::new(bytes));
-    decoder
-        .decode_headers()
-        .map_err(|e| format!("JPEG: {e:?}"))?;
-    let (w, h) = decoder.dimensions().ok_or("JPEG: no frame header")?;
-    Ok((w as u32, h as u32))
+    jpeg::dimensions(bytes)
 }
 
 fn decode_jpeg(bytes: &[u8], channels: u32) -> Result<Image, String> {
-    use zune_core::colorspace::ColorSpace;
-    let space = if channels == 1 {
-        ColorSpace::Luma
-    } else {
-        ColorSpace::RGB
+    jpeg::decode(bytes, channels)
+}
+
+/// Decode `bytes` and resize the region `choose(height, width)` picks to `size` (`[h, w]`),
+/// decoding no more of a JPEG than that needs.
+///
+/// `choose` sees the image's full-size dimensions, so a random crop draws exactly what it
+/// would after a full decode. For a JPEG the decoder then skips the rows above the region,
+/// stops after its last row, reconstructs only its columns (widened to whole blocks), and
+/// uses DCT-domain scaling by 1/2, 1/4 or 1/8 when the region, scaled, still covers `size`:
+/// the resize only ever shrinks, as it would from the full image. PNGs decode whole.
+pub fn decode_resized(
+    bytes: &[u8],
+    channels: u32,
+    choose: impl FnOnce(u32, u32) -> Rect,
+    size: [u32; 2],
+) -> Result<Image, String> {
+    if sniff(bytes) != Some(Format::Jpeg) {
+        let image = decode(bytes, channels)?;
+        let rect = choose(image.height, image.width);
+        return ops::resize_region(&image, rect, size[0], size[1]);
+    }
+    let (width, height) = jpeg::dimensions(bytes)?;
+    let rect = choose(height, width);
+    let fits = |n: u32| {
+        let s = f64::from(n) / 8.0;
+        rect.height * s >= f64::from(size[0]) && rect.width * s >= f64::from(size[1])
     };
-    let options = zune_core::options::DecoderOptions::default()
-        .jpeg_set_out_colorspace(space)
-        .set_strict_mode(false);
-    let mut decoder = zune_jpeg::JpegDecoder::new_with_options(
-        zune_core::bytestream::ZCursor::new(bytes),
-        options,
-    );
-    let data = decoder.decode().map_err(|e| format!("JPEG: {e:?}"))?;
-    let (w, h) = decoder.dimensions().ok_or("JPEG: no frame header")?;
-    let got = decoder
-        .output_colorspace()
-        .map_or(channels as usize, |c| c.num_components());
-    convert(
-        Image {
-            height: h as u32,
-            width: w as u32,
-            channels: got as u32,
-            data,
-        },
-        channels,
-    )
+    // Only the power-of-two scales: libjpeg-turbo's 7/8, 6/8 and 5/8 inverse DCTs are plain C
+    // and slower than its SIMD full-size one (BENCHMARKS.md), so they would cost, not save.
+    let scale = [1, 2, 4].into_iter().find(|n| fits(*n)).unwrap_or(8);
+    let (scaled_h, scaled_w) = (jpeg::scaled(height, scale), jpeg::scaled(width, scale));
+    let rect = rect.scaled(8.0 / f64::from(scale));
+    // The resize filter reads past the region's edges (as far as the shrink factor, plus one):
+    // decode that margin too, so the result equals resizing the fully decoded image.
+    let margin_y = (rect.height / f64::from(size[0])).ceil() + 1.0;
+    let margin_x = (rect.width / f64::from(size[1])).ceil() + 1.0;
+    let top = ((rect.top - margin_y).max(0.0) as u32).min(scaled_h - 1);
+    let left = ((rect.left - margin_x).max(0.0) as u32).min(scaled_w - 1);
+    let bottom = ((rect.top + rect.height + margin_y).ceil() as u32).clamp(top + 1, scaled_h);
+    let right = ((rect.left + rect.width + margin_x).ceil() as u32).clamp(left + 1, scaled_w);
+    let window = jpeg::Window {
+        scale,
+        top,
+        left,
+        height: bottom - top,
+        width: right - left,
+    };
+    let (image, first_column) = jpeg::decode_window(bytes, (width, height), channels, window)?;
+    // The region inside the decoded window, kept within it against rounding at the edges.
+    let top = rect.top - f64::from(top);
+    let left = rect.left - f64::from(first_column);
+    let inside = Rect {
+        top,
+        left,
+        height: rect.height.min(f64::from(image.height) - top),
+        width: rect.width.min(f64::from(image.width) - left),
+    };
+    ops::resize_region(&image, inside, size[0], size[1])
 }
 
 fn decode_png(bytes: &[u8], channels: u32) -> Result<Image, String> {
@@ -216,6 +246,140 @@ mod tests {
             .max()
             .unwrap();
         assert!(worst < 24, "max error {worst}");
+    }
+
+    /// A photo-like test image: smooth fields, an edge and noise, so every DCT block differs.
+    fn photo(h: u32, w: u32, channels: u32) -> Image {
+        let mut image = Image::zeros(h, w, channels);
+        let mut state = 12345u32;
+        for (i, v) in image.data.iter_mut().enumerate() {
+            let (y, x) = ((i as u32 / channels) / w, (i as u32 / channels) % w);
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let noise = (state >> 16) % 24;
+            let edge = if x > w / 3 { 60 } else { 0 };
+            *v = ((x * 3 + y * 2 + (i as u32 % channels) * 40) % 160 + edge + noise) as u8;
+        }
+        image
+    }
+
+    #[test]
+    fn a_jpeg_window_is_the_same_pixels_as_the_full_decode() {
+        for channels in [3, 1] {
+            let bytes = encode_jpeg(&photo(53, 70, channels), 90).unwrap();
+            let full = decode(&bytes, channels).unwrap();
+            assert_eq!(full.shape(), [53, 70, channels]);
+            for (top, left, h, w) in [
+                (0, 0, 53, 70),
+                (5, 17, 20, 9),
+                (40, 50, 13, 20),
+                (52, 69, 1, 1),
+            ] {
+                let window = jpeg::Window {
+                    scale: 8,
+                    top,
+                    left,
+                    height: h,
+                    width: w,
+                };
+                let (got, first) = jpeg::decode_window(&bytes, (70, 53), channels, window).unwrap();
+                assert!(
+                    first <= left && first + got.width >= left + w,
+                    "{first} {}",
+                    got.width
+                );
+                assert_eq!(
+                    got,
+                    full.crop(top, first, h, got.width),
+                    "window {window:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn decode_resized_equals_resizing_the_full_decode() {
+        let bytes = encode_jpeg(&photo(120, 160, 3), 90).unwrap();
+        let full = decode(&bytes, 3).unwrap();
+        // A crop within 8/7 of the output: no DCT scaling, only the window decoded.
+        let rect = Rect {
+            top: 31.0,
+            left: 45.0,
+            height: 50.0,
+            width: 61.0,
+        };
+        let got = decode_resized(
+            &bytes,
+            3,
+            |h, w| {
+                assert_eq!((h, w), (120, 160));
+                rect
+            },
+            [48, 48],
+        )
+        .unwrap();
+        let want = ops::resize_region(&full, rect, 48, 48).unwrap();
+        let differ = got
+            .data
+            .iter()
+            .zip(&want.data)
+            .filter(|(a, b)| a != b)
+            .count();
+        assert_eq!(differ, 0, "{differ} of {} bytes differ", got.data.len());
+    }
+
+    #[test]
+    fn decode_resized_scales_in_the_dct_domain_when_the_crop_is_large() {
+        let bytes = encode_jpeg(&photo(240, 320, 3), 90).unwrap();
+        let full = decode(&bytes, 3).unwrap();
+        // 240×320 into 48×48: decoded at 1/4 (60×80), then shrunk.
+        let got = decode_resized(&bytes, 3, Rect::full, [48, 48]).unwrap();
+        let want = ops::resize(&full, [48, 48]).unwrap();
+        assert_eq!(got.shape(), want.shape());
+        let mean = got
+            .data
+            .iter()
+            .zip(&want.data)
+            .map(|(a, b)| f64::from(a.abs_diff(*b)))
+            .sum::<f64>()
+            / got.data.len() as f64;
+        assert!(mean < 3.0, "mean difference {mean}");
+        assert_ne!(got, want, "expected the scaled path, not a full decode");
+    }
+
+    #[test]
+    fn cmyk_jpegs_decode_to_rgb() {
+        // A CMYK file of one colour: no cyan, full magenta, half yellow, no black.
+        let (h, w) = (16u16, 16u16);
+        let ink = [0u8, 255, 128, 0];
+        let pixels: Vec<u8> = ink
+            .iter()
+            .copied()
+            .cycle()
+            .take(h as usize * w as usize * 4)
+            .collect();
+        let mut bytes = Vec::new();
+        jpeg_encoder::Encoder::new(&mut bytes, 95)
+            .encode(&pixels, w, h, jpeg_encoder::ColorType::Cmyk)
+            .unwrap();
+        let rgb = decode(&bytes, 3).unwrap();
+        let px = &rgb.data[..3];
+        assert!(
+            px[0] > 235 && px[1] < 20 && (100..156).contains(&px[2]),
+            "{px:?}"
+        );
+    }
+
+    #[test]
+    fn truncated_and_oversized_jpegs_are_errors() {
+        let bytes = encode_jpeg(&photo(64, 64, 3), 90).unwrap();
+        let err = decode(&bytes[..bytes.len() / 2], 3).unwrap_err();
+        assert!(err.contains("JPEG"), "{err}");
+        // A frame header claiming 60000×60000 is refused before any pixel buffer exists.
+        let mut huge = bytes.clone();
+        let sof = huge.windows(2).position(|m| m == [0xff, 0xc0]).unwrap();
+        huge[sof + 5..sof + 9].copy_from_slice(&[0xea, 0x60, 0xea, 0x60]);
+        let err = decode(&huge, 3).unwrap_err();
+        assert!(err.contains("outside"), "{err}");
     }
 
     #[test]

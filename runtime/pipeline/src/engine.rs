@@ -6,9 +6,11 @@
 //! `f32`. Crops never copy: `random_resized_crop` resizes straight from the decoded image's
 //! region.
 //!
-//! Decoding only what a crop needs (DCT-domain scaling) was built and measured: the scaling
-//! decoder available in Rust (jpeg-decoder) is slower at 1/2 scale than zune-jpeg at full scale
-//! (BENCHMARKS.md), so every JPEG takes zune-jpeg's full decode.
+//! A `decode` directly followed by `random_resized_crop` or `resize` compiles into one op that
+//! decodes only what the resize reads ([`codec::decode_resized`]): the crop is drawn from the
+//! JPEG's header dimensions with the same random draws, then only its rows and columns are
+//! reconstructed, at a DCT-domain scale when the crop is much larger than the output. It shows
+//! in stage timings as `decode+random_resized_crop`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,6 +31,11 @@ use crate::{Batch, SampleRng};
 /// A compiled stage: a built-in as the spec states it, or a custom stage built from its params.
 enum Op {
     Builtin(StageSpec),
+    /// `decode` fused with the resizing stage that follows it.
+    DecodeResized {
+        channels: u32,
+        then: StageSpec,
+    },
     Custom(Box<dyn Stage>),
 }
 
@@ -190,20 +197,42 @@ impl Engine {
     ) -> Result<(), PipelineError> {
         let sample_bytes = self.shape.iter().map(|d| *d as usize).product::<usize>();
         for (index, chunk) in ids.chunks(batch_size.max(1) as usize).enumerate() {
-            let mut images = vec![0u8; chunk.len() * sample_bytes];
+            // Each sample's bytes are written once, by the thread that made it: the buffer is
+            // not zeroed first (a serial pass over tens of MB per batch).
+            let total = chunk.len() * sample_bytes;
+            let mut images: Vec<u8> = Vec::with_capacity(total);
             let mut labels = vec![0i64; chunk.len()];
             self.pool.install(|| {
-                images
+                images.spare_capacity_mut()[..total]
                     .par_chunks_mut(sample_bytes.max(1))
                     .zip(labels.par_iter_mut())
                     .zip(chunk.par_iter())
                     .try_for_each(|((pixels, label), id)| {
                         let (image, l) = self.sample(epoch, *id)?;
-                        pixels.copy_from_slice(&image.data);
+                        // A custom stage may hand back an image whose bytes disagree with
+                        // its shape; every byte of `pixels` must be written.
+                        if image.data.len() != pixels.len() {
+                            return Err(PipelineError::Sample {
+                                sample: *id,
+                                stage: "output".to_owned(),
+                                why: format!(
+                                    "the image holds {} bytes where its shape {:?} needs {}",
+                                    image.data.len(),
+                                    image.shape(),
+                                    pixels.len()
+                                ),
+                            });
+                        }
+                        for (dst, src) in pixels.iter_mut().zip(&image.data) {
+                            dst.write(*src);
+                        }
                         *label = l;
                         Ok::<(), PipelineError>(())
                     })
             })?;
+            // SAFETY: every chunk of the first `total` bytes was written in full above (a
+            // sample of any other length is an error, which returns before this line).
+            unsafe { images.set_len(total) };
             let batch = Batch {
                 epoch,
                 shard,
@@ -226,8 +255,23 @@ fn compile(
     registry: &StageRegistry,
 ) -> Result<Vec<(String, Op)>, PipelineError> {
     let mut ops = Vec::new();
-    for stage in stages {
-        if let Some(op) = single(stage, registry)? {
+    let mut stages = stages.iter().peekable();
+    while let Some(stage) = stages.next() {
+        if let StageSpec::Decode { channels } = stage
+            && let Some(then @ (StageSpec::RandomResizedCrop { .. } | StageSpec::Resize { .. })) =
+                stages.peek()
+        {
+            let name = format!("{}+{}", op_name(stage), op_name(then));
+            let then = (*then).clone();
+            stages.next();
+            ops.push((
+                name,
+                Op::DecodeResized {
+                    channels: *channels,
+                    then,
+                },
+            ));
+        } else if let Some(op) = single(stage, registry)? {
             ops.push(op);
         }
     }
@@ -272,14 +316,28 @@ fn pixels(payload: Payload, what: &str) -> Result<Image, String> {
 }
 
 fn apply(op: &Op, payload: Payload, rng: &mut SampleRng) -> Result<Image, String> {
-    let stage = match op {
-        Op::Custom(stage) => {
-            return stage
-                .apply(pixels(payload, "a custom stage")?, rng)
-                .map_err(|e| e.to_string());
+    match (op, payload) {
+        (Op::Custom(stage), payload) => stage
+            .apply(pixels(payload, "a custom stage")?, rng)
+            .map_err(|e| e.to_string()),
+        (Op::Builtin(stage), payload) => builtin(stage, payload, rng),
+        (Op::DecodeResized { channels, then }, Payload::Encoded(bytes)) => {
+            let (size, choose): (_, Box<dyn FnOnce(u32, u32) -> ops::Rect>) = match then {
+                StageSpec::RandomResizedCrop { size, scale, ratio } => (
+                    *size,
+                    Box::new(|h, w| ops::random_resized_crop_rect(h, w, *scale, *ratio, rng)),
+                ),
+                StageSpec::Resize { size } => (*size, Box::new(ops::Rect::full)),
+                other => return Err(format!("cannot fuse {other:?} with decode")),
+            };
+            codec::decode_resized(&bytes, *channels, choose, size)
         }
-        Op::Builtin(stage) => stage,
-    };
+        // Synthetic pixels: nothing to decode.
+        (Op::DecodeResized { then, .. }, pixels) => builtin(then, pixels, rng),
+    }
+}
+
+fn builtin(stage: &StageSpec, payload: Payload, rng: &mut SampleRng) -> Result<Image, String> {
     Ok(match stage {
         StageSpec::Decode { channels } => match payload {
             Payload::Encoded(bytes) => codec::decode(&bytes, *channels)?,

@@ -42,9 +42,8 @@ impl Rect {
         }
     }
 
-    /// The same region in an image scaled down by `denominator`.
-    pub fn scaled(self, denominator: u32) -> Self {
-        let d = f64::from(denominator);
+    /// The same region in an image scaled down by `d`.
+    pub fn scaled(self, d: f64) -> Self {
         Rect {
             top: self.top / d,
             left: self.left / d,
@@ -173,16 +172,22 @@ pub fn random_resized_crop_rect(
 
 /// Mirror left-right in place.
 pub fn flip(image: &mut Image) {
-    let c = image.channels as usize;
-    let stride = image.stride();
+    let stride = image.stride().max(1);
     for row in image.data.chunks_exact_mut(stride) {
-        let (mut a, mut b) = (0, row.len() / c - 1);
-        while a < b {
-            for k in 0..c {
-                row.swap(a * c + k, b * c + k);
+        // Whole pixels as arrays, so the reversal moves 3 bytes at a time (it was the slowest
+        // part of the training pipeline after the decode when swapped byte by byte).
+        match image.channels {
+            1 => row.reverse(),
+            3 => row.as_chunks_mut::<3>().0.reverse(),
+            c => {
+                let c = c as usize;
+                let n = row.len() / c;
+                for i in 0..n / 2 {
+                    for k in 0..c {
+                        row.swap(i * c + k, (n - 1 - i) * c + k);
+                    }
+                }
             }
-            a += 1;
-            b -= 1;
         }
     }
 }
@@ -338,11 +343,13 @@ pub fn normalize(image: &Image, mean: &[f64], std: &[f64]) -> Vec<f32> {
     );
     let mut out = vec![0f32; hw * c];
     for k in 0..c {
-        let scale = (1.0 / (255.0 * std[k % std.len()])) as f32;
-        let shift = (mean[k % mean.len()] / std[k % std.len()]) as f32;
+        // 256 possible inputs: look each up instead of multiplying per pixel.
+        let scale = 1.0 / (255.0 * std[k % std.len()]);
+        let shift = mean[k % mean.len()] / std[k % std.len()];
+        let table: [f32; 256] = std::array::from_fn(|v| (v as f64 * scale - shift) as f32);
         let plane = &mut out[k * hw..(k + 1) * hw];
         for (dst, px) in plane.iter_mut().zip(image.data.chunks_exact(c)) {
-            *dst = f32::from(px[k]) * scale - shift;
+            *dst = table[usize::from(px[k])];
         }
     }
     out

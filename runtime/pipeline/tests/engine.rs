@@ -131,9 +131,10 @@ fn image_folder_labels_are_sorted_class_indices() {
             .iter()
             .all(|b| b.images.len() == b.len() * 8 * 8 * 3 && b.shape == [8, 8, 3])
     );
-    // normalize is left to the trainer's device: the stage list compiles without it.
+    // normalize is left to the trainer's device: the stage list compiles without it, and the
+    // decode fuses with the resize after it.
     let names: Vec<String> = engine.stage_times().into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, vec!["source", "decode", "resize"]);
+    assert_eq!(names, vec!["source", "decode+resize"]);
 }
 
 #[test]
@@ -184,7 +185,7 @@ fn a_corrupt_file_fails_naming_the_sample_and_stage() {
         .run_shard(0, 0, &[1, 0], 4, &mut |_| true)
         .unwrap_err();
     assert!(
-        matches!(&err, PipelineError::Sample { sample: 0, stage, .. } if stage == "decode"),
+        matches!(&err, PipelineError::Sample { sample: 0, stage, .. } if stage == "decode+resize"),
         "{err}"
     );
     assert!(err.to_string().contains("PNG"), "{err}");

@@ -200,7 +200,7 @@ fn profile_writes_what_plan_reads() {
         .collect();
     assert_eq!(
         stages,
-        vec!["source", "decode", "random_resized_crop", "horizontal_flip"]
+        vec!["source", "decode+random_resized_crop", "horizontal_flip"]
     );
     let vcpus = profile["vcpus_per_gpu"].as_f64().unwrap();
     assert!((vcpus - 2000.0 * cpu).abs() < 1e-9);
