@@ -3,9 +3,9 @@
 //!
 //! `cargo run --release -p hetgen-data --example stream_bench [SECONDS]`
 //!
-//! "Ready" batches: the source hands out a prepared 224×224×3 image, so the measurement is the
-//! service (gRPC framing, HTTP/2 flow control, checksums, the scheduler, the copy into the
-//! trainer's batch), not the preprocessing.
+//! "Ready" batches: the servers serve a prepared batch through [`Batches`] instead of running a
+//! pipeline, so the measurement is the service (gRPC framing, HTTP/2 flow control, checksums,
+//! the scheduler, the trainer's side), not the preprocessing.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -13,9 +13,12 @@ use std::time::{Duration, Instant};
 
 use hetgen_data::client::{Client, ClientConfig};
 use hetgen_data::server::{ServerConfig, serve};
-use hetgen_pipeline::image::{Image, Payload, Sample};
-use hetgen_pipeline::source::Source;
-use hetgen_pipeline::{BatchStream, Engine, InputConfig, StageRegistry};
+
+const BATCH: usize = 128;
+const SAMPLE_BYTES: usize = 224 * 224 * 3;
+use bytes::Bytes;
+use hetgen_data::server::Batches;
+use hetgen_pipeline::{Batch, BatchStream, InputConfig, PipelineError};
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
 const SPEC: &str = r#"
@@ -41,31 +44,60 @@ model = "resnet18"
 steps = 1
 "#;
 
-struct Ready(Image);
+/// A producer of ready batches: every shard's batches are one prepared buffer, shared, so
+/// the rows time the service (framing, HTTP/2 flow control, checksums, scheduling, the
+/// trainer-side batch), not the pipeline.
+struct Ready {
+    images: Bytes,
+    batch: usize,
+}
 
-impl Source for Ready {
-    fn len(&self) -> u64 {
+impl Batches for Ready {
+    fn output_shape(&self) -> [u32; 3] {
+        [224, 224, 3]
+    }
+    fn samples_per_epoch(&self) -> u64 {
         100_000
     }
-    fn read(&self, id: u64) -> Result<Sample, String> {
-        Ok(Sample {
-            label: (id % 10) as i64,
-            payload: Payload::Pixels(self.0.clone()),
-        })
+    fn threads(&self) -> usize {
+        1
+    }
+    fn busy_threads(&self) -> usize {
+        0
+    }
+    fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(Batch) -> bool,
+    ) -> Result<(), PipelineError> {
+        for (index, chunk) in ids.chunks(batch_size as usize).enumerate() {
+            let sample = self.images.len() / self.batch;
+            let batch = Batch {
+                epoch,
+                shard,
+                index: index as u32,
+                sample_ids: chunk.to_vec(),
+                labels: chunk.iter().map(|id| (id % 10) as i64).collect(),
+                images: self.images.slice(..chunk.len() * sample),
+                shape: [224, 224, 3],
+            };
+            if !emit(batch) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
-fn server(job: &hetgen_spec::model::Job, name: &str) -> std::net::SocketAddr {
-    let source = Box::new(Ready(Image {
-        height: 224,
-        width: 224,
-        channels: 3,
-        data: vec![7; 224 * 224 * 3],
-    }));
-    let engine = Arc::new(
-        Engine::with_source(job, source, &StageRegistry::builtin(), None).expect("engine"),
-    );
-    let config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &engine);
+fn server(name: &str) -> std::net::SocketAddr {
+    let ready = Arc::new(Ready {
+        images: Bytes::from(vec![7u8; BATCH * SAMPLE_BYTES]),
+        batch: BATCH,
+    });
+    let config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &*ready);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -79,7 +111,7 @@ fn server(job: &hetgen_spec::model::Job, name: &str) -> std::net::SocketAddr {
                 .expect("bind");
             tx.send(listener.local_addr().expect("address"))
                 .expect("send");
-            let _ = serve(engine, config, listener, std::future::pending()).await;
+            let _ = serve(ready, config, listener, std::future::pending()).await;
         });
     });
     rx.recv().expect("server address")
@@ -87,7 +119,7 @@ fn server(job: &hetgen_spec::model::Job, name: &str) -> std::net::SocketAddr {
 
 fn grpc(job: &hetgen_spec::model::Job, servers: usize, budget: Duration) -> f64 {
     let hosts: Vec<(String, u16)> = (0..servers)
-        .map(|i| server(job, &format!("algo-{}", i + 1)))
+        .map(|i| server(&format!("algo-{}", i + 1)))
         .map(|a| (a.ip().to_string(), a.port()))
         .collect();
     let client = Client::connect(
@@ -156,7 +188,7 @@ fn main() {
     let job = hetgen_spec::check("stream-bench.toml", SPEC)
         .job
         .expect("valid bench spec");
-    let batch_bytes = 128 * 224 * 224 * 3;
+    let batch_bytes = BATCH * SAMPLE_BYTES;
     let plain = tcp(batch_bytes, budget);
     let one = grpc(&job, 1, budget);
     let two = grpc(&job, 2, budget);

@@ -98,7 +98,7 @@ pub fn run_data_role(
         &env.channel_dirs,
         job.pipeline.threads.map(|t| t as usize),
     )?);
-    let mut config = ServerConfig::new(env.host().to_owned(), token, &engine);
+    let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     config.watchdog = watchdog;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::Engine;
+use hetgen_pipeline::{Engine, PipelineError};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
@@ -32,6 +32,54 @@ pub const MAX_SHARD_SAMPLES: usize = 1 << 20;
 /// Largest batch size a request may ask for.
 pub const MAX_BATCH_SIZE: u32 = 1 << 16;
 
+/// What a data server serves: a shard's samples as batches. Every job serves its pipeline
+/// [`Engine`]; the loopback benchmark serves prepared batches, to time the service alone.
+pub trait Batches: Send + Sync + 'static {
+    /// Per-sample `[height, width, channels]` of the `u8` images.
+    fn output_shape(&self) -> [u32; 3];
+    /// Samples per epoch of the source.
+    fn samples_per_epoch(&self) -> u64;
+    /// Cores that make the batches.
+    fn threads(&self) -> usize;
+    /// Cores busy right now.
+    fn busy_threads(&self) -> usize;
+    /// Turn `ids` into batches of `batch_size` in order, calling `emit` with each; stop early
+    /// when it returns `false`.
+    fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
+    ) -> Result<(), PipelineError>;
+}
+
+impl Batches for Engine {
+    fn output_shape(&self) -> [u32; 3] {
+        Engine::output_shape(self)
+    }
+    fn samples_per_epoch(&self) -> u64 {
+        Engine::samples_per_epoch(self)
+    }
+    fn threads(&self) -> usize {
+        Engine::threads(self)
+    }
+    fn busy_threads(&self) -> usize {
+        Engine::busy_threads(self)
+    }
+    fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
+    ) -> Result<(), PipelineError> {
+        Engine::run_shard(self, epoch, shard, ids, batch_size, emit)
+    }
+}
+
 /// How a data server is set up.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -50,7 +98,7 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
     /// keep the pool busy while the trainer acknowledges and re-requests.
-    pub fn new(server_id: String, token: String, engine: &Engine) -> Self {
+    pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
         Self {
             server_id,
             token,
@@ -95,7 +143,7 @@ pub enum ServeError {
 }
 
 struct Shared {
-    engine: Arc<Engine>,
+    engine: Arc<dyn Batches>,
     config: ServerConfig,
     last_contact: Mutex<Instant>,
     stopping: AtomicBool,
@@ -331,7 +379,7 @@ fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Result<Bat
 
 /// Serve on `listener` until Shutdown, the watchdog, or `stop` completes; returns why.
 pub async fn serve(
-    engine: Arc<Engine>,
+    engine: Arc<dyn Batches>,
     config: ServerConfig,
     listener: TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,

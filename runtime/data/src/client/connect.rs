@@ -10,7 +10,7 @@ use super::{ClientConfig, ClientError, Server, ServiceClient};
 use crate::auth::AttachToken;
 use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{DType, HandshakeRequest};
-use crate::{CONNECTION_WINDOW, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
+use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
 /// Resolve `host`: the hosts file of a local cluster first, then DNS (SageMaker's hosts).
 pub async fn resolve(hosts: &HostsFile, host: &str, port: u16) -> std::io::Result<SocketAddr> {
@@ -130,7 +130,10 @@ async fn try_connect(
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW);
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        // The frame size a peer may send is the receiver's setting: without this the servers'
+        // batches arrive in 16 KiB frames, a thousand per batch.
+        .max_frame_size(MAX_FRAME);
     let channel = endpoint
         .connect()
         .await

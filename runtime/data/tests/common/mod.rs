@@ -36,7 +36,7 @@ pub struct TestServer {
 impl TestServer {
     pub fn start(job: &Job, name: &str, configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
         let engine = engine(job);
-        let mut config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &engine);
+        let mut config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &*engine);
         configure(&mut config);
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (done_tx, done) = std::sync::mpsc::channel();
