@@ -1,7 +1,7 @@
 //! Throughput of ready batches from one and two data servers into one client over loopback,
 //! beside a plain TCP socket moving the same bytes in the same run.
 //!
-//! `cargo run --release -p hetgen-data --example stream_bench [SECONDS]`
+//! `cargo run --release -p hetgen-data --example stream_bench [SECONDS] [ROUNDS]`
 //!
 //! "Ready" batches: the servers serve a prepared batch through [`Batches`] instead of running a
 //! pipeline, so the measurement is the service (gRPC framing, HTTP/2 flow control, checksums,
@@ -177,10 +177,9 @@ fn tcp(batch_bytes: usize, budget: Duration) -> f64 {
 }
 
 fn main() {
-    let seconds: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
+    let mut args = std::env::args().skip(1);
+    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3);
     let budget = Duration::from_secs_f64(seconds);
     if std::env::var_os("HETGEN_DEFAULT_MALLOC").is_none() {
         hetgen_data::tune_allocator();
@@ -189,25 +188,46 @@ fn main() {
         .job
         .expect("valid bench spec");
     let batch_bytes = BATCH * SAMPLE_BYTES;
-    let plain = tcp(batch_bytes, budget);
-    let one = grpc(&job, 1, budget);
-    let two = grpc(&job, 2, budget);
     let gb = |r: f64| r / 1e9;
     println!(
-        "batches of 128 × 224×224×3 u8 ({:.1} MB) over loopback, {seconds} s each",
+        "batches of {BATCH} × 224×224×3 u8 ({:.1} MB) over loopback, {seconds} s per measurement",
         batch_bytes as f64 / 1e6
     );
-    println!("| path | GB/s | vs plain TCP |");
-    println!("|---|---:|---:|");
-    println!("| plain TCP socket | {:.2} | 1.00 |", gb(plain));
+    // A shared machine's speed drifts over seconds: each round measures the three paths back
+    // to back, and ratios compare within a round.
     println!(
-        "| hetgen data service, 1 server | {:.2} | {:.2} |",
-        gb(one),
-        one / plain
+        "| round | plain TCP GB/s | 1 server GB/s | 2 servers GB/s | 1 server / TCP | 2 servers / TCP |"
     );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let mut ratios = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let plain = tcp(batch_bytes, budget);
+        let one = grpc(&job, 1, budget);
+        let two = grpc(&job, 2, budget);
+        println!(
+            "| {round} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            gb(plain),
+            gb(one),
+            gb(two),
+            one / plain,
+            two / plain
+        );
+        ratios.0.push(one / plain);
+        ratios.1.push(two / plain);
+    }
     println!(
-        "| hetgen data service, 2 servers | {:.2} | {:.2} |",
-        gb(two),
-        two / plain
+        "median ratio to plain TCP: 1 server {:.2}, 2 servers {:.2}",
+        median(ratios.0),
+        median(ratios.1)
     );
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
 }

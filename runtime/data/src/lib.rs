@@ -20,6 +20,7 @@ pub use alloc::tune_allocator;
 pub mod client;
 pub mod role;
 pub mod server;
+pub mod wire;
 
 /// Generated types of `hetgen.data.v1`.
 #[allow(missing_docs, clippy::all)]

@@ -7,15 +7,19 @@
 //! when its watchdog has heard nothing from any trainer for longer than the configured time.
 
 use std::collections::HashSet;
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hetgen_pipeline::{Engine, PipelineError};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::codegen::http;
 use tonic::{Request, Response, Status};
 
 use crate::auth::RequireToken;
@@ -25,6 +29,7 @@ use crate::proto::{
     AckRequest, AckResponse, Batch, DType, HandshakeRequest, HandshakeResponse, HeartbeatRequest,
     HeartbeatResponse, ServerStats, ShardRequest, ShutdownRequest, ShutdownResponse, TensorSpec,
 };
+use crate::wire;
 use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
 /// Most sample ids one shard request may carry.
@@ -195,6 +200,175 @@ impl Shared {
 #[derive(Clone)]
 struct Service(Arc<Shared>);
 
+impl Service {
+    /// Check a shard request and start preprocessing it; its batches arrive on the receiver.
+    fn open_shard(&self, request: ShardRequest) -> Result<mpsc::Receiver<BatchOrError>, Status> {
+        let shared = self.0.clone();
+        validate_shard(&shared, &request)?;
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("this data server is shutting down"));
+        }
+        shared.touch();
+        shared.streamed.lock().expect("lock poisoned").insert((
+            request.trainer_id.clone(),
+            request.epoch,
+            request.shard,
+        ));
+        let (tx, rx) = mpsc::channel(2);
+        tokio::task::spawn_blocking(move || run_shard(&shared, request, tx));
+        Ok(rx)
+    }
+}
+
+type BatchOrError = Result<Batch, Status>;
+
+/// The path of the StreamShard method.
+const STREAM_SHARD: &str = "/hetgen.data.v1.DataService/StreamShard";
+/// Largest StreamShard request body read (the sample ids of one shard, with room to spare).
+const MAX_SHARD_REQUEST: usize = 16 * MAX_SHARD_SAMPLES;
+
+/// Serves StreamShard itself, writing each batch as two HTTP/2 data chunks ([`wire`]) so its
+/// images are never copied into an encode buffer; every other method goes to the tonic service.
+/// It sits behind the token check, like the tonic service.
+#[derive(Clone)]
+struct ZeroCopyShards<S> {
+    inner: S,
+    service: Service,
+}
+
+impl<S> tonic::server::NamedService for ZeroCopyShards<S> {
+    const NAME: &'static str = <DataServiceServer<Service> as tonic::server::NamedService>::NAME;
+}
+
+type HttpRequest = http::Request<tonic::body::Body>;
+type HttpResponse = http::Response<tonic::body::Body>;
+
+impl<S> tonic::codegen::Service<HttpRequest> for ZeroCopyShards<S>
+where
+    S: tonic::codegen::Service<HttpRequest, Response = HttpResponse, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: HttpRequest) -> Self::Future {
+        if request.uri().path() != STREAM_SHARD {
+            return Box::pin(self.inner.call(request));
+        }
+        let service = self.service.clone();
+        Box::pin(async move {
+            Ok(match shard_response(&service, request).await {
+                Ok(response) => response,
+                Err(status) => status.into_http(),
+            })
+        })
+    }
+}
+
+async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpResponse, Status> {
+    use http_body_util::BodyExt;
+    let body = http_body_util::Limited::new(request.into_body(), MAX_SHARD_REQUEST)
+        .collect()
+        .await
+        .map_err(|e| Status::invalid_argument(format!("shard request unreadable: {e}")))?
+        .to_bytes();
+    // One gRPC frame: a compression flag, a big-endian length, the message.
+    let message = match body.as_ref() {
+        [0, len @ ..] if len.len() >= 4 => {
+            let size = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let rest = &body[5..];
+            if rest.len() != size {
+                return Err(Status::invalid_argument(format!(
+                    "shard request frame says {size} bytes but carries {}",
+                    rest.len()
+                )));
+            }
+            rest
+        }
+        [1, ..] => {
+            return Err(Status::unimplemented(
+                "compressed requests are not accepted by this data server",
+            ));
+        }
+        _ => {
+            return Err(Status::invalid_argument(
+                "shard request is not one gRPC frame",
+            ));
+        }
+    };
+    let request = <ShardRequest as prost::Message>::decode(message)
+        .map_err(|e| Status::invalid_argument(format!("malformed shard request: {e}")))?;
+    let batches = service.open_shard(request)?;
+    let body = BatchBody {
+        batches,
+        images: None,
+        done: false,
+    };
+    http::Response::builder()
+        .header("content-type", "application/grpc")
+        .body(tonic::body::Body::new(body))
+        .map_err(|e| Status::internal(e.to_string()))
+}
+
+/// The response body of a shard: per batch its head, then its images; gRPC trailers last.
+struct BatchBody {
+    batches: mpsc::Receiver<BatchOrError>,
+    /// The images of the batch whose head went out last.
+    images: Option<bytes::Bytes>,
+    done: bool,
+}
+
+impl http_body::Body for BatchBody {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        if let Some(images) = self.images.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(images))));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let trailers = |status: Status| {
+            let mut map = http::HeaderMap::new();
+            // Only a message that cannot be a header fails; the status code still goes out.
+            if status.add_header(&mut map).is_err() {
+                Status::new(status.code(), "").add_header(&mut map).ok();
+            }
+            Poll::Ready(Some(Ok(http_body::Frame::trailers(map))))
+        };
+        match self.batches.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(batch))) => match wire::batch_frame(batch) {
+                Ok((head, images)) => {
+                    self.images = (!images.is_empty()).then_some(images);
+                    Poll::Ready(Some(Ok(http_body::Frame::data(head))))
+                }
+                Err(why) => {
+                    self.done = true;
+                    trailers(Status::internal(why))
+                }
+            },
+            Poll::Ready(Some(Err(status))) => {
+                self.done = true;
+                trailers(status)
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                trailers(Status::ok(""))
+            }
+        }
+    }
+}
+
 type BatchStream = ReceiverStream<Result<Batch, Status>>;
 
 #[tonic::async_trait]
@@ -236,25 +410,14 @@ impl DataService for Service {
 
     type StreamShardStream = BatchStream;
 
+    /// Served by [`ZeroCopyShards`] in front of this service; here for completeness of the
+    /// generated trait (and for any caller of the plain tonic service).
     async fn stream_shard(
         &self,
         request: Request<ShardRequest>,
     ) -> Result<Response<BatchStream>, Status> {
-        let request = request.into_inner();
-        let shared = self.0.clone();
-        validate_shard(&shared, &request)?;
-        if shared.stopping.load(Ordering::SeqCst) {
-            return Err(Status::unavailable("this data server is shutting down"));
-        }
-        shared.touch();
-        shared.streamed.lock().expect("lock poisoned").insert((
-            request.trainer_id.clone(),
-            request.epoch,
-            request.shard,
-        ));
-        let (tx, rx) = mpsc::channel(2);
-        tokio::task::spawn_blocking(move || run_shard(&shared, request, tx));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        let batches = self.open_shard(request.into_inner())?;
+        Ok(Response::new(ReceiverStream::new(batches)))
     }
 
     async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
@@ -331,7 +494,7 @@ fn validate_shard(shared: &Shared, request: &ShardRequest) -> Result<(), Status>
 }
 
 /// Runs on a blocking thread: preprocess the shard and feed the response stream.
-fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Result<Batch, Status>>) {
+fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<BatchOrError>) {
     let batches = request
         .sample_ids
         .len()
@@ -444,6 +607,10 @@ pub async fn serve(
     let service = DataServiceServer::new(Service(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = ZeroCopyShards {
+        inner: service,
+        service: Service(shared.clone()),
+    };
     let service = tonic::service::interceptor::InterceptedService::new(
         service,
         RequireToken::new(shared.config.token.clone()),

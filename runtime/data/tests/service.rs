@@ -104,6 +104,71 @@ fn raw_client(
     )
 }
 
+/// A codec that sends and receives message bytes as they are.
+#[derive(Default)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+/// StreamShard with `message` as the request's bytes, and the job's token.
+async fn raw_stream_shard(server: &TestServer, message: Vec<u8>) -> Result<(), tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let path = "/hetgen.data.v1.DataService/StreamShard".parse().unwrap();
+    let mut stream = grpc
+        .server_streaming(request, path, Raw)
+        .await?
+        .into_inner();
+    while stream.message().await?.is_some() {}
+    Ok(())
+}
+
 #[test]
 fn a_wrong_token_gets_unauthenticated_and_no_data() {
     let job = job();
@@ -184,6 +249,16 @@ fn bad_requests_get_clear_statuses_and_the_server_keeps_serving() {
         assert_eq!(status.code(), code, "{}", status.message());
         assert!(status.message().contains(text), "{}", status.message());
     }
+    // Bytes that are no ShardRequest at all, straight onto the wire.
+    let status = rt
+        .block_on(raw_stream_shard(&server, vec![0xff, 0xff, 0xff]))
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
+    assert!(
+        status.message().contains("malformed shard request"),
+        "{}",
+        status.message()
+    );
     let ack = rt
         .block_on(client.ack(AckRequest {
             epoch: 0,

@@ -1,0 +1,82 @@
+//! A batch as gRPC frames, without copying its images.
+//!
+//! tonic's codec encodes every message into its own buffer, which for a tens-of-MB batch is a
+//! full copy of the images on the server's critical path (a sixth of the server's CPU time in
+//! a loopback profile). Protobuf lets a message be the concatenation of its fields in any order,
+//! so a batch goes out as two pieces: a small head (the gRPC length prefix, every other field,
+//! and the `images` field's tag and length) and the images' own `Bytes`, which HTTP/2 sends
+//! from where the pipeline wrote them. Any gRPC client decodes the result as a normal `Batch`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message;
+use prost::encoding::{encode_varint, encoded_len_varint};
+
+use crate::proto::Batch;
+
+/// `Batch.images` is field 7, length-delimited (wire type 2).
+const IMAGES_KEY: u8 = (7 << 3) | 2;
+
+/// The frame of `batch`: its head, then its images (empty when the batch has none).
+pub fn batch_frame(mut batch: Batch) -> Result<(Bytes, Bytes), String> {
+    let images = std::mem::take(&mut batch.images);
+    let images_field = if images.is_empty() {
+        0
+    } else {
+        1 + encoded_len_varint(images.len() as u64) + images.len()
+    };
+    let len = batch.encoded_len() + images_field;
+    let len = u32::try_from(len).map_err(|_| format!("a {len}-byte batch exceeds gRPC's 4 GiB"))?;
+    let mut head = BytesMut::with_capacity(5 + batch.encoded_len() + 11);
+    head.put_u8(0); // not compressed
+    head.put_u32(len);
+    batch.encode(&mut head).map_err(|e| e.to_string())?;
+    if !images.is_empty() {
+        head.put_u8(IMAGES_KEY);
+        encode_varint(images.len() as u64, &mut head);
+    }
+    Ok((head.freeze(), images))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(images: Vec<u8>) -> Batch {
+        Batch {
+            epoch: 3,
+            shard: 17,
+            index: 2,
+            last: true,
+            sample_ids: vec![5, 9, 300_000],
+            labels: vec![1, 0, 7],
+            images: images.into(),
+            checksum: 0xdead_beef,
+        }
+    }
+
+    #[test]
+    fn head_and_images_decode_as_the_batch() {
+        for images in [vec![], vec![42], (0..=255u8).cycle().take(70_000).collect()] {
+            let want = batch(images);
+            let (head, images) = batch_frame(want.clone()).unwrap();
+            let frame = [head.as_ref(), images.as_ref()].concat();
+            assert_eq!(frame[0], 0);
+            let len = u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize;
+            assert_eq!(len, frame.len() - 5);
+            assert_eq!(Batch::decode(&frame[5..]).unwrap(), want);
+            // The same bytes as prost's own encoding, up to field order.
+            assert_eq!(len, want.encoded_len());
+        }
+    }
+
+    #[test]
+    fn the_images_are_not_copied() {
+        let images = Bytes::from(vec![7u8; 1 << 20]);
+        let (_, sent) = batch_frame(Batch {
+            images: images.clone(),
+            ..batch(vec![])
+        })
+        .unwrap();
+        assert_eq!(sent.as_ptr(), images.as_ptr());
+    }
+}
