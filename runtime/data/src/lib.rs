@@ -11,12 +11,12 @@
 //!   [`hetgen_pipeline::BatchStream`].
 //! - [`audit`]: `HETGEN_AUDIT_FILE`, one `epoch sample_id` line per yielded sample.
 
-mod alloc;
 pub mod audit;
 pub mod auth;
 pub mod checksum;
 
-pub use alloc::tune_allocator;
+/// The allocator tuning every process that moves batches applies (it lives with the engine).
+pub use hetgen_pipeline::tune_allocator;
 pub mod client;
 pub mod role;
 pub mod server;

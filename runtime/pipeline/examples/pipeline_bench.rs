@@ -7,7 +7,8 @@
 //! runs both. Everything runs on one thread: the numbers are per core. The pipeline rows run
 //! the engine itself (the ops a spec compiles to, the fused region decode included), then
 //! `ops::normalize`, which the engine leaves to the trainer's device but torchvision's pipeline
-//! does on the CPU.
+//! does on the CPU. The allocator is tuned as in the processes that run the pipeline
+//! (`HETGEN_DEFAULT_MALLOC=1` leaves glibc's defaults).
 
 use std::f64::consts::{PI, TAU};
 use std::path::Path;
@@ -144,6 +145,11 @@ fn main() {
         .unwrap_or_else(|| "target/bench-fixtures".to_owned());
     let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let budget = Duration::from_secs_f64(seconds);
+    // As in the data server and the launcher, which run this pipeline;
+    // HETGEN_DEFAULT_MALLOC=1 measures glibc's defaults instead.
+    if std::env::var_os("HETGEN_DEFAULT_MALLOC").is_none() {
+        hetgen_pipeline::tune_allocator();
+    }
     let files = load(Path::new(&dir));
     let ids: Vec<u64> = (0..files.len() as u64).collect();
     // `pipeline`: only the 224 pipeline's rate, for bench/pipeline.sh's alternating rounds.

@@ -9,6 +9,7 @@
 //! Randomness comes from [`SampleRng`], seeded by (job seed, epoch, sample id) alone, so a
 //! sample comes out the same whichever server or thread produced it.
 
+mod alloc;
 pub mod codec;
 pub mod engine;
 mod error;
@@ -22,6 +23,7 @@ pub mod rng;
 pub mod source;
 pub mod stage;
 
+pub use alloc::tune_allocator;
 pub use engine::{Engine, available_cores};
 pub use error::PipelineError;
 pub use image::Image;
