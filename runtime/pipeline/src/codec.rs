@@ -54,7 +54,7 @@ fn decode_jpeg(bytes: &[u8], channels: u32) -> Result<Image, String> {
 /// `choose` sees the image's full-size dimensions, so a random crop draws exactly what it
 /// would after a full decode. For a JPEG the decoder then skips the rows above the region,
 /// stops after its last row, reconstructs only its columns (widened to whole blocks), and
-/// uses DCT-domain scaling by 1/2, 1/4 or 1/8 when the region, scaled, still covers `size`:
+/// uses DCT-domain scaling by 1/8 to 4/8 when the region, scaled, still covers `size`:
 /// the resize only ever shrinks, as it would from the full image. PNGs decode whole.
 pub fn decode_resized(
     bytes: &[u8],
@@ -73,9 +73,9 @@ pub fn decode_resized(
         let s = f64::from(n) / 8.0;
         rect.height * s >= f64::from(size[0]) && rect.width * s >= f64::from(size[1])
     };
-    // Only the power-of-two scales: libjpeg-turbo's 7/8, 6/8 and 5/8 inverse DCTs are plain C
-    // and slower than its SIMD full-size one (BENCHMARKS.md), so they would cost, not save.
-    let scale = [1, 2, 4].into_iter().find(|n| fits(*n)).unwrap_or(8);
+    // Up to 4/8: libjpeg-turbo's 7/8 and 6/8 inverse DCTs are plain C and slower than its SIMD
+    // full-size one, and 5/8 gains nothing (BENCHMARKS.md), so they would cost, not save.
+    let scale = (1..=4).find(|n| fits(*n)).unwrap_or(8);
     let (scaled_h, scaled_w) = (jpeg::scaled(height, scale), jpeg::scaled(width, scale));
     let rect = rect.scaled(8.0 / f64::from(scale));
     // The resize filter reads past the region's edges (as far as the shrink factor, plus one):

@@ -247,20 +247,25 @@ fn mean_gray(image: &Image) -> f32 {
 
 /// torchvision's `GaussianBlur(kernel, sigma)`: sigma uniform in the range, a separable
 /// kernel, reflect padding at the borders.
+///
+/// Both passes run over whole rows of interleaved values with the tap loop outside, so the
+/// inner loops are plain multiply-adds over contiguous `f32`s that the compiler vectorises
+/// (7× the per-pixel version this replaced, BENCHMARKS.md).
 pub fn gaussian_blur(image: &Image, kernel: u32, sigma: [f64; 2], rng: &mut SampleRng) -> Image {
     let sigma = rng.uniform(sigma[0], sigma[1]).max(1e-3) as f32;
-    let radius = (kernel / 2) as i64;
-    let mut weights: Vec<f32> = (-radius..=radius)
+    let radius = (kernel / 2) as usize;
+    let mut weights: Vec<f32> = (-(radius as i64)..=radius as i64)
         .map(|x| (-(x * x) as f32 / (2.0 * sigma * sigma)).exp())
         .collect();
     let total: f32 = weights.iter().sum();
     weights.iter_mut().for_each(|w| *w /= total);
     let (h, w, c) = (
-        image.height as i64,
-        image.width as i64,
+        image.height as usize,
+        image.width as usize,
         image.channels as usize,
     );
-    let reflect = |i: i64, n: i64| -> usize {
+    let reflect = |i: i64, n: usize| -> usize {
+        let n = n as i64;
         if n == 1 {
             return 0;
         }
@@ -268,30 +273,40 @@ pub fn gaussian_blur(image: &Image, kernel: u32, sigma: [f64; 2], rng: &mut Samp
         let m = i.rem_euclid(period);
         (if m < n { m } else { period - m }) as usize
     };
-    let mut tmp = vec![0f32; image.data.len()];
-    for y in 0..h {
-        for x in 0..w {
-            for k in 0..c {
-                let mut acc = 0.0;
-                for (j, wt) in weights.iter().enumerate() {
-                    let sx = reflect(x + j as i64 - radius, w);
-                    acc += wt * f32::from(image.data[(y as usize * w as usize + sx) * c + k]);
-                }
-                tmp[(y as usize * w as usize + x as usize) * c + k] = acc;
+    let stride = w * c;
+    // Horizontal: each row, reflect-padded by `radius` pixels, into `tmp`.
+    let mut tmp = vec![0f32; h * stride];
+    let mut padded = vec![0f32; (w + 2 * radius) * c];
+    for (row, out) in image
+        .data
+        .chunks_exact(stride.max(1))
+        .zip(tmp.chunks_exact_mut(stride.max(1)))
+    {
+        for (x, px) in padded.chunks_exact_mut(c).enumerate() {
+            let sx = reflect(x as i64 - radius as i64, w);
+            for (v, s) in px.iter_mut().zip(&row[sx * c..sx * c + c]) {
+                *v = f32::from(*s);
+            }
+        }
+        for (j, wt) in weights.iter().enumerate() {
+            for (o, v) in out.iter_mut().zip(&padded[j * c..j * c + stride]) {
+                *o += wt * v;
             }
         }
     }
+    // Vertical: each output row is the weighted sum of `kernel` rows of `tmp`.
     let mut out = Image::zeros(image.height, image.width, image.channels);
-    for y in 0..h {
-        for x in 0..w {
-            for k in 0..c {
-                let mut acc = 0.0;
-                for (j, wt) in weights.iter().enumerate() {
-                    let sy = reflect(y + j as i64 - radius, h);
-                    acc += wt * tmp[(sy * w as usize + x as usize) * c + k];
-                }
-                out.data[(y as usize * w as usize + x as usize) * c + k] = clamp_u8(acc);
+    let mut acc = vec![0f32; stride];
+    for (y, dst) in out.data.chunks_exact_mut(stride.max(1)).enumerate() {
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        for (j, wt) in weights.iter().enumerate() {
+            let sy = reflect(y as i64 + j as i64 - radius as i64, h);
+            for (a, v) in acc.iter_mut().zip(&tmp[sy * stride..(sy + 1) * stride]) {
+                *a += wt * v;
             }
+        }
+        for (d, a) in dst.iter_mut().zip(&acc) {
+            *d = clamp_u8(*a);
         }
     }
     out
@@ -464,6 +479,67 @@ mod tests {
         };
         assert_eq!(run(3), run(3));
         assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn blur_matches_the_per_pixel_definition() {
+        // The textbook form: every output value is the 2-D separable sum, reflect-padded.
+        fn reference(image: &Image, weights: &[f32]) -> Image {
+            let (h, w, c) = (
+                image.height as i64,
+                image.width as i64,
+                image.channels as i64,
+            );
+            let r = weights.len() as i64 / 2;
+            let reflect = |i: i64, n: i64| {
+                let m = i.rem_euclid(2 * (n - 1));
+                if m < n { m } else { 2 * (n - 1) - m }
+            };
+            let at = |y: i64, x: i64, k: i64| f32::from(image.data[((y * w + x) * c + k) as usize]);
+            let mut out = image.clone();
+            for y in 0..h {
+                for x in 0..w {
+                    for k in 0..c {
+                        let mut acc = 0.0;
+                        for (j, wy) in weights.iter().enumerate() {
+                            let sy = reflect(y + j as i64 - r, h);
+                            let mut row = 0.0;
+                            for (i, wx) in weights.iter().enumerate() {
+                                row += wx * at(sy, reflect(x + i as i64 - r, w), k);
+                            }
+                            acc += wy * row;
+                        }
+                        out.data[((y * w + x) * c + k) as usize] = clamp_u8(acc);
+                    }
+                }
+            }
+            out
+        }
+        let image = numbered(13, 11, 3);
+        for kernel in [3, 5, 7] {
+            let sigma = 1.3f32;
+            let r = kernel as i64 / 2;
+            let mut weights: Vec<f32> = (-r..=r)
+                .map(|x| (-(x * x) as f32 / (2.0 * sigma * sigma)).exp())
+                .collect();
+            let total: f32 = weights.iter().sum();
+            weights.iter_mut().for_each(|w| *w /= total);
+            let mut rng = SampleRng::new(0, 0, 0);
+            let got = gaussian_blur(&image, kernel, [1.3, 1.3], &mut rng);
+            let want = reference(&image, &weights);
+            // The sums run in another order: at most one level apart where a value sits on a
+            // rounding edge.
+            let worst = got
+                .data
+                .iter()
+                .zip(&want.data)
+                .map(|(a, b)| a.abs_diff(*b))
+                .max();
+            assert!(
+                worst <= Some(1),
+                "kernel {kernel}: worst difference {worst:?}"
+            );
+        }
     }
 
     #[test]
