@@ -398,6 +398,7 @@ proptest! {
     fn any_crop_gives_the_output_shape_deterministically(
         h in 6u32..48, w in 6u32..48, c in prop::sample::select(vec![1u32, 3]),
         out_h in 2u32..24, out_w in 2u32..24, lo in 0.05f64..0.9, id in 0u64..1000,
+        encoding in prop::sample::select(vec!["png", "jpeg"]),
     ) {
         let stages = format!(r#"
 [[pipeline.stage]]
@@ -410,12 +411,37 @@ scale = [{lo}, 1.0]
 [[pipeline.stage]]
 op = "horizontal_flip"
 "#);
-        let job = job(&format!(r#"{{ format = "synthetic", shape = [{h}, {w}, 3], classes = 4, samples = 1000, encoding = "png" }}"#), 1, &stages);
+        let job = job(&format!(r#"{{ format = "synthetic", shape = [{h}, {w}, 3], classes = 4, samples = 1000, encoding = "{encoding}" }}"#), 1, &stages);
         let engine = engine(&job, &BTreeMap::new(), 1);
         let (image, label) = engine.sample(3, id).unwrap();
         prop_assert_eq!(image.shape(), [out_h, out_w, c]);
         prop_assert_eq!(image.data.len(), (out_h * out_w * c) as usize);
         prop_assert_eq!(label, (id % 4) as i64);
         prop_assert_eq!(engine.sample(3, id).unwrap().0, image);
+    }
+
+    /// Data servers decode whatever the dataset holds: a damaged JPEG is an error or an image
+    /// of the asked-for shape, never a crash, whatever region is asked for.
+    #[test]
+    fn damaged_jpegs_fail_cleanly_in_the_region_decoder(
+        cut in 0usize..3000, flips in prop::collection::vec((0usize..3000, any::<u8>()), 0..6),
+        top in 0.0f64..40.0, left in 0.0f64..50.0, side in 1.0f64..40.0, size in 1u32..30,
+    ) {
+        let mut bytes = encode_jpeg(&gradient(40, 52, 3, 5), 85).unwrap();
+        for (at, value) in flips {
+            let at = at % bytes.len();
+            bytes[at] = value;
+        }
+        bytes.truncate(cut.max(2).min(bytes.len()));
+        let choose = |h: u32, w: u32| hetgen_pipeline::ops::Rect {
+            top: top.min(f64::from(h) - 1.0),
+            left: left.min(f64::from(w) - 1.0),
+            height: side.min(f64::from(h) - top.min(f64::from(h) - 1.0)),
+            width: side.min(f64::from(w) - left.min(f64::from(w) - 1.0)),
+        };
+        if let Ok(image) = hetgen_pipeline::codec::decode_resized(&bytes, 3, choose, [size, size]) {
+            prop_assert_eq!(image.shape(), [size, size, 3]);
+        }
+        let _ = hetgen_pipeline::codec::decode(&bytes, 1);
     }
 }
