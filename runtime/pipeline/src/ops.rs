@@ -359,17 +359,26 @@ pub fn normalize(image: &Image, mean: &[f64], std: &[f64]) -> Vec<f32> {
         (image.height * image.width) as usize,
         image.channels as usize,
     );
-    let mut out = vec![0f32; hw * c];
+    let len = hw * c;
+    if image.data.len() != len || c == 0 {
+        return vec![0.0; len];
+    }
+    // Not zeroed first: every value is written exactly once below.
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    let spare = &mut out.spare_capacity_mut()[..len];
     for k in 0..c {
         // 256 possible inputs: look each up instead of multiplying per pixel.
         let scale = 1.0 / (255.0 * std[k % std.len()]);
         let shift = mean[k % mean.len()] / std[k % std.len()];
         let table: [f32; 256] = std::array::from_fn(|v| (v as f64 * scale - shift) as f32);
-        let plane = &mut out[k * hw..(k + 1) * hw];
+        let plane = &mut spare[k * hw..(k + 1) * hw];
         for (dst, px) in plane.iter_mut().zip(image.data.chunks_exact(c)) {
-            *dst = table[usize::from(px[k])];
+            dst.write(table[usize::from(px[k])]);
         }
     }
+    // SAFETY: each of the `c` planes of `hw` values was written in full: `data` holds exactly
+    // `hw` pixels of `c` bytes (checked above), one per value of the plane.
+    unsafe { out.set_len(len) };
     out
 }
 
