@@ -615,13 +615,20 @@ pub async fn serve(
         service,
         RequireToken::new(shared.config.token.clone()),
     );
+    // No Nagle: a batch's last partial segment must not wait for the previous one's ACK.
+    let incoming = tokio_stream::StreamExt::map(TcpListenerStream::new(listener), |socket| {
+        if let Ok(socket) = &socket {
+            socket.set_nodelay(true).ok();
+        }
+        socket
+    });
     let mut stopped = stop_rx.clone();
     let server = tonic::transport::Server::builder()
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(Option::is_some).await;
         });
     // A graceful shutdown waits for open streams; streams notice `stopping` at their next batch,
