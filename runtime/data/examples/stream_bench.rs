@@ -48,8 +48,8 @@ steps = 1
 /// the rows time the service (framing, HTTP/2 flow control, checksums, scheduling, the
 /// trainer-side batch), not the pipeline.
 struct Ready {
+    /// One full batch of images; shorter batches are slices of it.
     images: Bytes,
-    batch: usize,
 }
 
 impl Batches for Ready {
@@ -74,14 +74,13 @@ impl Batches for Ready {
         emit: &mut dyn FnMut(Batch) -> bool,
     ) -> Result<(), PipelineError> {
         for (index, chunk) in ids.chunks(batch_size as usize).enumerate() {
-            let sample = self.images.len() / self.batch;
             let batch = Batch {
                 epoch,
                 shard,
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
                 labels: chunk.iter().map(|id| (id % 10) as i64).collect(),
-                images: self.images.slice(..chunk.len() * sample),
+                images: self.images.slice(..chunk.len() * SAMPLE_BYTES),
                 shape: [224, 224, 3],
             };
             if !emit(batch) {
@@ -95,7 +94,6 @@ impl Batches for Ready {
 fn server(name: &str) -> std::net::SocketAddr {
     let ready = Arc::new(Ready {
         images: Bytes::from(vec![7u8; BATCH * SAMPLE_BYTES]),
-        batch: BATCH,
     });
     let config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &*ready);
     let (tx, rx) = std::sync::mpsc::channel();

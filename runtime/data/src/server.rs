@@ -278,29 +278,23 @@ async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpR
         .map_err(|e| Status::invalid_argument(format!("shard request unreadable: {e}")))?
         .to_bytes();
     // One gRPC frame: a compression flag, a big-endian length, the message.
-    let message = match body.as_ref() {
-        [0, len @ ..] if len.len() >= 4 => {
-            let size = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
-            let rest = &body[5..];
-            if rest.len() != size {
-                return Err(Status::invalid_argument(format!(
-                    "shard request frame says {size} bytes but carries {}",
-                    rest.len()
-                )));
-            }
-            rest
-        }
-        [1, ..] => {
-            return Err(Status::unimplemented(
-                "compressed requests are not accepted by this data server",
-            ));
-        }
-        _ => {
-            return Err(Status::invalid_argument(
-                "shard request is not one gRPC frame",
-            ));
-        }
+    let [flag, a, b, c, d, message @ ..] = body.as_ref() else {
+        return Err(Status::invalid_argument(
+            "shard request is not one gRPC frame",
+        ));
     };
+    if *flag != 0 {
+        return Err(Status::unimplemented(
+            "compressed requests are not accepted by this data server",
+        ));
+    }
+    let size = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
+    if message.len() != size {
+        return Err(Status::invalid_argument(format!(
+            "shard request frame says {size} bytes but carries {}",
+            message.len()
+        )));
+    }
     let request = <ShardRequest as prost::Message>::decode(message)
         .map_err(|e| Status::invalid_argument(format!("malformed shard request: {e}")))?;
     let batches = service.open_shard(request)?;

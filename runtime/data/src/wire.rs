@@ -24,9 +24,11 @@ pub fn batch_frame(mut batch: Batch) -> Result<(Bytes, Bytes), String> {
     } else {
         1 + encoded_len_varint(images.len() as u64) + images.len()
     };
-    let len = batch.encoded_len() + images_field;
+    let fields = batch.encoded_len();
+    let len = fields + images_field;
     let len = u32::try_from(len).map_err(|_| format!("a {len}-byte batch exceeds gRPC's 4 GiB"))?;
-    let mut head = BytesMut::with_capacity(5 + batch.encoded_len() + 11);
+    // The prefix, the other fields, and at most a key and a 10-byte varint for the images.
+    let mut head = BytesMut::with_capacity(5 + fields + 11);
     head.put_u8(0); // not compressed
     head.put_u32(len);
     batch.encode(&mut head).map_err(|e| e.to_string())?;

@@ -33,19 +33,10 @@ pub fn sniff(bytes: &[u8]) -> Option<Format> {
 /// Decode JPEG or PNG bytes to `channels` (1 or 3) channels.
 pub fn decode(bytes: &[u8], channels: u32) -> Result<Image, String> {
     match sniff(bytes) {
-        Some(Format::Jpeg) => decode_jpeg(bytes, channels),
+        Some(Format::Jpeg) => jpeg::decode(bytes, channels),
         Some(Format::Png) => decode_png(bytes, channels),
         None => Err("neither JPEG nor PNG (unknown magic bytes)".to_owned()),
     }
-}
-
-/// `(width, height)` of a JPEG from its headers alone.
-pub fn jpeg_dimensions(bytes: &[u8]) -> Result<(u32, u32), String> {
-    jpeg::dimensions(bytes)
-}
-
-fn decode_jpeg(bytes: &[u8], channels: u32) -> Result<Image, String> {
-    jpeg::decode(bytes, channels)
 }
 
 /// Decode `bytes` and resize the region `choose(height, width)` picks to `size` (`[h, w]`),
@@ -235,7 +226,7 @@ mod tests {
     fn jpeg_round_trips_closely() {
         let image = gradient(64, 96);
         let bytes = encode_jpeg(&image, 95).unwrap();
-        assert_eq!(jpeg_dimensions(&bytes).unwrap(), (96, 64));
+        assert_eq!(jpeg::dimensions(&bytes).unwrap(), (96, 64));
         let back = decode(&bytes, 3).unwrap();
         assert_eq!(back.shape(), [64, 96, 3]);
         let worst = back

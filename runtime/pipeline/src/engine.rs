@@ -258,8 +258,8 @@ fn compile(
     let mut stages = stages.iter().peekable();
     while let Some(stage) = stages.next() {
         if let StageSpec::Decode { channels } = stage
-            && let Some(then @ (StageSpec::RandomResizedCrop { .. } | StageSpec::Resize { .. })) =
-                stages.peek()
+            && let Some(then) = stages.peek()
+            && resizing(then).is_some()
         {
             let name = format!("{}+{}", op_name(stage), op_name(then));
             let then = (*then).clone();
@@ -321,19 +321,38 @@ fn apply(op: &Op, payload: Payload, rng: &mut SampleRng) -> Result<Image, String
             .apply(pixels(payload, "a custom stage")?, rng)
             .map_err(|e| e.to_string()),
         (Op::Builtin(stage), payload) => builtin(stage, payload, rng),
-        (Op::DecodeResized { channels, then }, Payload::Encoded(bytes)) => {
-            let (size, choose): (_, Box<dyn FnOnce(u32, u32) -> ops::Rect>) = match then {
-                StageSpec::RandomResizedCrop { size, scale, ratio } => (
-                    *size,
-                    Box::new(|h, w| ops::random_resized_crop_rect(h, w, *scale, *ratio, rng)),
-                ),
-                StageSpec::Resize { size } => (*size, Box::new(ops::Rect::full)),
-                other => return Err(format!("cannot fuse {other:?} with decode")),
-            };
-            codec::decode_resized(&bytes, *channels, choose, size)
-        }
+        (Op::DecodeResized { channels, then }, Payload::Encoded(bytes)) => match resizing(then) {
+            Some((size, crop)) => {
+                let choose = |h, w| match crop {
+                    Some((scale, ratio)) => ops::random_resized_crop_rect(h, w, scale, ratio, rng),
+                    None => ops::Rect::full(h, w),
+                };
+                codec::decode_resized(&bytes, *channels, choose, size)
+            }
+            // `compile` fuses only resizing stages; unfused is still correct.
+            None => builtin(
+                then,
+                Payload::Pixels(codec::decode(&bytes, *channels)?),
+                rng,
+            ),
+        },
         // Synthetic pixels: nothing to decode.
         (Op::DecodeResized { then, .. }, pixels) => builtin(then, pixels, rng),
+    }
+}
+
+/// The `scale` and `ratio` a random crop draws from.
+type CropDraw = ([f64; 2], [f64; 2]);
+
+/// A stage that resizes a region of its input to a size: the size, and the random crop's
+/// `scale` and `ratio` (none: the whole image). Such a stage fuses with the `decode` before it.
+fn resizing(stage: &StageSpec) -> Option<([u32; 2], Option<CropDraw>)> {
+    match stage {
+        StageSpec::RandomResizedCrop { size, scale, ratio } => {
+            Some((*size, Some((*scale, *ratio))))
+        }
+        StageSpec::Resize { size } => Some((*size, None)),
+        _ => None,
     }
 }
 
