@@ -86,41 +86,15 @@ impl JobRecord {
     }
 }
 
-/// `2025-01-31T12:00:05Z`.
+/// `2025-01-31T12:00:05Z` (times before 1970 count as 1970).
 pub fn rfc3339(time: SystemTime) -> String {
-    let (date, (h, m, s)) = civil(time);
-    format!(
-        "{}-{:02}-{:02}T{h:02}:{m:02}:{s:02}Z",
-        date.0, date.1, date.2
-    )
+    humantime::format_rfc3339_seconds(time.max(SystemTime::UNIX_EPOCH)).to_string()
 }
 
 /// `20250131-120005`: sorts by time and is a valid part of a job name and a file name.
 pub fn compact_timestamp(time: SystemTime) -> String {
-    let (date, (h, m, s)) = civil(time);
-    format!("{}{:02}{:02}-{h:02}{m:02}{s:02}", date.0, date.1, date.2)
-}
-
-type Date = (i64, u32, u32);
-
-/// UTC calendar date and time of day (Howard Hinnant's days-to-civil; no time zone database
-/// is needed for UTC, so no date crate either).
-fn civil(time: SystemTime) -> (Date, (u64, u64, u64)) {
-    let secs = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    ((year, month, day), (rem / 3_600, rem / 60 % 60, rem % 60))
+    let digits: String = rfc3339(time).chars().filter(char::is_ascii_digit).collect();
+    format!("{}-{}", &digits[..8], &digits[8..])
 }
 
 #[cfg(test)]
