@@ -10,23 +10,57 @@ use hetgen_pipeline::{Batch, BatchStream, BoxError, Position};
 /// The variable naming the audit file.
 pub const AUDIT_FILE_VAR: &str = "HETGEN_AUDIT_FILE";
 
-/// A [`BatchStream`] that appends every yielded sample to an audit file.
-pub struct Audited<S> {
-    inner: S,
+/// An open audit file: front ends that hand batches on themselves (the Python package) record
+/// each batch when they yield it.
+pub struct AuditFile {
     out: BufWriter<File>,
 }
 
-impl<S: BatchStream> Audited<S> {
+impl AuditFile {
     /// Append to `path` (created if needed; several processes may share it, each line is
     /// written whole).
-    pub fn new(inner: S, path: &Path) -> std::io::Result<Self> {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)?;
         Ok(Self {
-            inner,
             out: BufWriter::new(file),
+        })
+    }
+
+    /// The file named by `HETGEN_AUDIT_FILE`, when set.
+    pub fn from_env() -> std::io::Result<Option<Self>> {
+        std::env::var_os(AUDIT_FILE_VAR)
+            .map(|path| Self::open(Path::new(&path)))
+            .transpose()
+    }
+
+    /// Append one `epoch sample_id` line per sample of `batch`.
+    pub fn record(&mut self, batch: &Batch) -> std::io::Result<()> {
+        let mut lines = String::with_capacity(batch.len() * 12);
+        for id in &batch.sample_ids {
+            lines.push_str(&format!("{} {id}\n", batch.epoch));
+        }
+        // One write per batch, flushed at once: a killed trainer leaves whole lines only.
+        self.out
+            .write_all(lines.as_bytes())
+            .and_then(|()| self.out.flush())
+    }
+}
+
+/// A [`BatchStream`] that appends every yielded sample to an audit file.
+pub struct Audited<S> {
+    inner: S,
+    file: AuditFile,
+}
+
+impl<S: BatchStream> Audited<S> {
+    /// Append to `path` (see [`AuditFile::open`]).
+    pub fn new(inner: S, path: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            inner,
+            file: AuditFile::open(path)?,
         })
     }
 }
@@ -42,19 +76,10 @@ pub fn audit_from_env(stream: Box<dyn BatchStream>) -> std::io::Result<Box<dyn B
 impl<S: BatchStream> BatchStream for Audited<S> {
     fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
         let next = self.inner.next_batch();
-        if let Some(Ok(batch)) = &next {
-            let mut lines = String::with_capacity(batch.len() * 12);
-            for id in &batch.sample_ids {
-                lines.push_str(&format!("{} {id}\n", batch.epoch));
-            }
-            // One write per batch, flushed at once: a killed trainer leaves whole lines only.
-            if let Err(e) = self
-                .out
-                .write_all(lines.as_bytes())
-                .and_then(|()| self.out.flush())
-            {
-                return Some(Err(format!("cannot append to the audit file: {e}").into()));
-            }
+        if let Some(Ok(batch)) = &next
+            && let Err(e) = self.file.record(batch)
+        {
+            return Some(Err(format!("cannot append to the audit file: {e}").into()));
         }
         next
     }

@@ -3,24 +3,15 @@
 
 use std::sync::Arc;
 
-use hetgen_data::client::{Client, ClientConfig};
+use hetgen_data::client::{Client, connect_to_job, data_hosts, trainer_id};
 use hetgen_env::Env;
 use hetgen_pipeline::{
     BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,
 };
-use hetgen_spec::model::{Job, Length, Role};
+use hetgen_spec::model::{Job, Length};
 use hetgen_trainer::{Options, Paths, Summary};
 
 use crate::{Args, InputChoice};
-
-/// The data hosts of the job, from resourceconfig.json (never assumed from host names).
-pub fn data_hosts(job: &Job, env: &Env) -> Vec<String> {
-    job.groups
-        .iter()
-        .filter(|g| g.role == Role::Data)
-        .flat_map(|g| env.resources.hosts_of(&g.name))
-        .collect()
-}
 
 /// Train this job on this instance.
 pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<Summary, BoxError> {
@@ -73,20 +64,13 @@ pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<
             if !hosts.is_empty() {
                 // `--input local` on a heterogeneous job: its data hosts served nothing, but they
                 // must still end with the trainer rather than by their watchdog.
-                shutdown_unused(job, env, &hosts, &result);
+                shutdown_unused(job, env, &result);
             }
             Ok(result?)
         }
         InputChoice::Remote => {
-            let port = hetgen_data::role::data_port()?;
-            let token = hetgen_data::auth::token_from_env()?;
-            let targets: Vec<(String, u16)> = hosts.iter().map(|h| (h.clone(), port)).collect();
-            tracing::info!(hosts = ?hosts, port, "input: the data servers");
-            let client = Client::connect(
-                &targets,
-                job.pipeline.output_shape,
-                ClientConfig::new(format!("{}/rank-0", env.host()), token),
-            )?;
+            tracing::info!("input: the data servers");
+            let client = connect_to_job(job, env, trainer_id(env, 0), |_| {})?;
             let config = config(client.samples_per_epoch());
             let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
                 let stream = client.stream(config.clone(), start);
@@ -109,25 +93,8 @@ fn shutdown<T, E: std::fmt::Display>(client: &Client, result: &Result<T, E>) {
     }
 }
 
-fn shutdown_unused<T, E: std::fmt::Display>(
-    job: &Job,
-    env: &Env,
-    hosts: &[String],
-    result: &Result<T, E>,
-) {
-    let connected = hetgen_data::role::data_port()
-        .map_err(BoxError::from)
-        .and_then(|port| {
-            let token = hetgen_data::auth::token_from_env()?;
-            let targets: Vec<(String, u16)> = hosts.iter().map(|h| (h.clone(), port)).collect();
-            let config = ClientConfig::new(format!("{}/rank-0", env.host()), token);
-            Ok(Client::connect(
-                &targets,
-                job.pipeline.output_shape,
-                config,
-            )?)
-        });
-    match connected {
+fn shutdown_unused<T, E: std::fmt::Display>(job: &Job, env: &Env, result: &Result<T, E>) {
+    match connect_to_job(job, env, trainer_id(env, 0), |_| {}) {
         Ok(client) => shutdown(&client, result),
         Err(e) => {
             tracing::warn!(error = %e, "could not reach the data servers to stop them (their watchdog will)")

@@ -6,6 +6,7 @@
 //! [`BatchStream`] the trainer consumes. [`Client::shutdown`] ends the job's data servers.
 
 mod connect;
+mod job;
 mod scheduler;
 
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
 pub use connect::resolve;
+pub use job::{connect_to_job, data_hosts, trainer_id};
 
 /// The generated client with the job token attached to every call.
 pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;

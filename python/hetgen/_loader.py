@@ -1,0 +1,289 @@
+"""``hetgen.Loader``: the DataLoader idioms over hetgen's Rust client and engine."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Iterator, Mapping, Sequence, Union
+
+from hetgen import _native
+from hetgen._native import ConfigurationError
+
+log = logging.getLogger("hetgen")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Version of the dictionary ``Loader.state_dict`` returns.
+STATE_VERSION = 1
+
+
+class Batch(tuple):
+    """One batch: unpacks as ``images, labels``.
+
+    ``images`` is a ``uint8`` array ``[n, height, width, channels]`` and ``labels`` an ``int64``
+    array ``[n]``, both over memory Rust filled (no copy was made to hand them over). The batch
+    also carries ``sample_ids`` (``uint64`` ``[n]``), ``epoch``, ``shard`` and ``index`` (its
+    place in the epoch plan), for auditing or debugging.
+    """
+
+    def __new__(cls, images, labels, sample_ids, epoch: int, shard: int, index: int):
+        batch = super().__new__(cls, (images, labels))
+        batch.sample_ids = sample_ids
+        batch.epoch = epoch
+        batch.shard = shard
+        batch.index = index
+        return batch
+
+    @property
+    def images(self):
+        return self[0]
+
+    @property
+    def labels(self):
+        return self[1]
+
+    def __repr__(self) -> str:
+        return (
+            f"Batch(images={self[0].dtype}{list(self[0].shape)}, labels={len(self[1])}, "
+            f"epoch={self.epoch}, shard={self.shard}, index={self.index})"
+        )
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigurationError(f"{name}={value!r} is not an integer") from None
+    if number < 0:
+        raise ConfigurationError(f"{name}={value!r} is negative")
+    return number
+
+
+class Loader:
+    """Batches of one training process, from hetgen's data servers or its in-process engine.
+
+    Remote (inside a hetgen job: SageMaker or ``hetgen deploy --local``)::
+
+        loader = hetgen.Loader()                 # hosts, token and job from the environment
+
+    Local (no data group: the engine on this host's cores)::
+
+        loader = hetgen.Loader("hetgen.toml", channels={"training": "data/train"})
+
+    Then, as with a DataLoader::
+
+        for epoch in range(epochs):
+            for images, labels in loader:        # one epoch of this rank
+                ...
+
+    Args:
+        spec: a ``hetgen.toml`` (validated as ``hetgen validate`` does) or a rendered
+            ``job.json``. Inside a job, defaults to the job's ``job.json``.
+        mode: ``"remote"`` or ``"local"``. Default: remote when ``hosts`` are given or the job
+            has data hosts, local otherwise (as hetgen's own trainer chooses).
+        hosts: ``"host:port"`` of every data server, to stream from servers outside a job.
+        token: the job's token (default: ``HETGEN_JOB_TOKEN``).
+        channels: channel name → local folder (local mode; default: the job's channel folders,
+            or the spec's ``local_path``\\ s).
+        threads: engine threads (local mode; default: this host's cores divided among its
+            ``LOCAL_WORLD_SIZE`` ranks, so ranks never oversubscribe it).
+        rank, world_size, local_rank: default to ``torchrun``'s ``RANK``, ``WORLD_SIZE`` and
+            ``LOCAL_RANK``, else a single process. Every rank gets a disjoint part of each epoch
+            with the same number of batches.
+        deterministic: yield batches in plan order whichever server finishes first (default:
+            the spec's ``trainer.deterministic``).
+        epochs: stop after this many epochs (default: as many as are iterated).
+        prefetch: batches kept ready ahead of the training loop.
+        connect_timeout, stall_timeout: seconds to keep trying an unreachable data host (default
+            600), and after which a silent server's shards go to the others (default 60).
+    """
+
+    def __init__(
+        self,
+        spec: PathLike | None = None,
+        *,
+        mode: str | None = None,
+        hosts: Sequence[str] | None = None,
+        token: str | None = None,
+        channels: Mapping[str, PathLike] | None = None,
+        threads: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        local_rank: int | None = None,
+        deterministic: bool | None = None,
+        epochs: int | None = None,
+        prefetch: int = 2,
+        connect_timeout: float | None = None,
+        stall_timeout: float | None = None,
+    ) -> None:
+        # torchrun's variables, else one process.
+        rank = rank if rank is not None else _env_int("RANK", 0)
+        world_size = world_size if world_size is not None else _env_int("WORLD_SIZE", 1)
+        self.local_rank = local_rank if local_rank is not None else _env_int("LOCAL_RANK", 0)
+        local_world = _env_int("LOCAL_WORLD_SIZE", 1)
+        self._native = _native.NativeLoader(
+            spec=None if spec is None else os.fspath(spec),
+            mode=mode,
+            hosts=None if hosts is None else list(hosts),
+            token=token,
+            channels=None
+            if channels is None
+            else {name: os.fspath(path) for name, path in channels.items()},
+            threads=threads,
+            rank=rank,
+            world_size=world_size,
+            local_world_size=local_world,
+            deterministic=deterministic,
+            epochs=epochs,
+            prefetch=prefetch,
+            connect_timeout=connect_timeout,
+            stall_timeout=stall_timeout,
+        )
+        self._len = self._native.batches_per_epoch()
+
+    # -- what it streams -------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """``"remote"`` or ``"local"``."""
+        return self._native.mode
+
+    @property
+    def rank(self) -> int:
+        return self._native.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._native.world_size
+
+    @property
+    def batch_size(self) -> int:
+        return self._native.batch_size
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        """``(height, width, channels)`` of every sample."""
+        return tuple(self._native.output_shape)
+
+    @property
+    def normalization(self) -> list[tuple[list[float], list[float]]]:
+        """The spec's ``normalize`` stages as ``(mean, std)``: they run on the device
+        (:func:`hetgen.torch.to_device`), so batches travel as compact ``uint8``."""
+        return self._native.normalization
+
+    @property
+    def hosts(self) -> list[str]:
+        """The data servers streamed from (remote mode)."""
+        return self._native.hosts
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self._native.remaining_in_epoch()[0]
+
+    def __len__(self) -> int:
+        """Batches of one epoch of this rank (the same for every rank)."""
+        return self._len
+
+    def __iter__(self) -> Iterator[Batch]:
+        """The rest of the current epoch: all of it, unless a previous loop stopped early or
+        a state was loaded mid-epoch."""
+        _, left = self._native.remaining_in_epoch()
+        return self._batches(left)
+
+    def _batches(self, count: int) -> Iterator[Batch]:
+        for _ in range(count):
+            item = self._native.next_batch()
+            if item is None:
+                return
+            yield Batch(*item)
+
+    # -- resume ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank stands: small and JSON-able, to save beside the model's state.
+
+        Each rank has its own state; in a multi-rank job gather them
+        (``torch.distributed.all_gather_object``) and save the list:
+        :meth:`load_state_dict` accepts the list and picks this rank's entry.
+        """
+        position = json.loads(self._native.position())
+        return {
+            "version": STATE_VERSION,
+            "job": self._native.job_name,
+            "seed": self._native.seed,
+            "samples_per_epoch": self._native.samples_per_epoch,
+            "shard_size": self._native.shard_size,
+            "batch_size": self._native.batch_size,
+            "rank": self._native.rank,
+            "world_size": self._native.world_size,
+            "epoch": position["epoch"],
+            "done": sorted(position["done"]),
+            "partial": sorted([int(shard), n] for shard, n in position["partial"].items()),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Continue exactly after the last batch yielded when ``state`` was taken."""
+        if isinstance(state, Sequence) and not isinstance(state, (str, bytes)):
+            mine = [s for s in state if s.get("rank") == self.rank]
+            if len(mine) != 1:
+                raise ConfigurationError(
+                    f"the states hold {len(mine)} entries for rank {self.rank}; expected one "
+                    "(a list of every rank's state_dict())"
+                )
+            state = mine[0]
+        if state.get("version") != STATE_VERSION:
+            raise ConfigurationError(
+                f"loader state version {state.get('version')!r} is not {STATE_VERSION}: it was "
+                "saved by another hetgen"
+            )
+        current = self.state_dict()
+        for key in ("seed", "samples_per_epoch", "shard_size", "batch_size", "rank", "world_size"):
+            if state.get(key) != current[key]:
+                raise ConfigurationError(
+                    f"the saved loader state has {key}={state.get(key)!r}, this loader "
+                    f"{key}={current[key]!r}: it was saved by another job, rank or world size"
+                )
+        position = {
+            "epoch": int(state["epoch"]),
+            "done": [int(s) for s in state["done"]],
+            "partial": {str(int(shard)): int(n) for shard, n in state["partial"]},
+        }
+        self._native.restart(json.dumps(position))
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop streaming (this process only; the data servers keep serving other ranks)."""
+        self._native.close()
+
+    def shutdown(self, reason: str = "training finished") -> None:
+        """Stop the job's data servers (remote mode; in local mode the same as :meth:`close`).
+
+        Call it once, when every rank has finished: in a multi-rank job, rank 0 after
+        ``torch.distributed.barrier()``. A server that is not told still exits by its
+        watchdog once no trainer has been heard from (``HETGEN_WATCHDOG_S``).
+        """
+        for host, why in self._native.shutdown(reason):
+            log.warning("could not tell data server %s to stop (%s); its watchdog will", host, why)
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        # DDP ranks step together, so when rank 0 leaves its loop every rank has its batches.
+        if self.rank == 0:
+            reason = "training finished" if error is None else f"trainer failed: {error}"
+            self.shutdown(reason)
+        else:
+            self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Loader(job={self._native.job_name!r}, mode={self.mode!r}, rank={self.rank}, "
+            f"world_size={self.world_size}, batches_per_epoch={len(self)})"
+        )

@@ -1,0 +1,94 @@
+//! The package's exceptions, named for what the user can do about them, raised with the Rust
+//! error's message intact.
+
+use hetgen_data::auth::TokenError;
+use hetgen_data::client::ClientError;
+use hetgen_data::role::RoleError;
+use hetgen_pipeline::{BoxError, PipelineError};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(
+    hetgen,
+    HetgenError,
+    PyException,
+    "Base class of every error hetgen raises."
+);
+create_exception!(
+    hetgen,
+    SpecError,
+    HetgenError,
+    "The spec or job.json is invalid; the message names the file, line and column."
+);
+create_exception!(
+    hetgen,
+    ConfigurationError,
+    HetgenError,
+    "The job's environment or the loader's arguments are unusable (no token, no data hosts, \
+     a bad variable)."
+);
+create_exception!(
+    hetgen,
+    ConnectError,
+    HetgenError,
+    "A data host could not be reached within the connect timeout."
+);
+create_exception!(
+    hetgen,
+    HandshakeError,
+    HetgenError,
+    "A data server refused this client (wrong token, another job, another protocol version)."
+);
+create_exception!(
+    hetgen,
+    DataError,
+    HetgenError,
+    "Batches could not be made: a sample failed in the pipeline, or every data server failed."
+);
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("HetgenError", py.get_type::<HetgenError>())?;
+    m.add("SpecError", py.get_type::<SpecError>())?;
+    m.add("ConfigurationError", py.get_type::<ConfigurationError>())?;
+    m.add("ConnectError", py.get_type::<ConnectError>())?;
+    m.add("HandshakeError", py.get_type::<HandshakeError>())?;
+    m.add("DataError", py.get_type::<DataError>())?;
+    Ok(())
+}
+
+/// The exception for an error of the client, the engine or the environment.
+pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
+    let message = error.to_string();
+    if let Some(e) = error.downcast_ref::<ClientError>() {
+        return match e {
+            ClientError::Unreachable { .. } => ConnectError::new_err(message),
+            ClientError::Handshake { .. } | ClientError::Mismatch { .. } => {
+                HandshakeError::new_err(message)
+            }
+            ClientError::Token(_) | ClientError::NoHosts | ClientError::Runtime(_) => {
+                ConfigurationError::new_err(message)
+            }
+            ClientError::AllServersFailed(_) => DataError::new_err(message),
+        };
+    }
+    if error.is::<TokenError>() || error.is::<RoleError>() {
+        return ConfigurationError::new_err(message);
+    }
+    if let Some(e) = error.downcast_ref::<hetgen_env::EnvError>() {
+        return match e {
+            hetgen_env::EnvError::Malformed { .. } => SpecError::new_err(message),
+            _ => ConfigurationError::new_err(message),
+        };
+    }
+    if error.is::<PipelineError>() {
+        return DataError::new_err(message);
+    }
+    HetgenError::new_err(message)
+}
+
+/// [`to_py`] for a boxed error.
+pub(crate) fn boxed(error: BoxError) -> PyErr {
+    to_py(&*error)
+}

@@ -1,0 +1,24 @@
+//! `hetgen._native`: the Rust half of the `hetgen` Python package.
+//!
+//! The package's public names live in Python (`hetgen/__init__.py`); this module holds what must
+//! be Rust: [`loader::NativeLoader`], which streams batches from the job's data servers (the same
+//! client the built-in trainer uses) or runs the pipeline engine in-process, and hands each batch
+//! to Python as numpy arrays over the batch's own memory ([`batch`]). Errors become the package's
+//! exceptions ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]).
+
+mod batch;
+mod errors;
+mod loader;
+mod wait;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<loader::NativeLoader>()?;
+    m.add_class::<batch::BatchMemory>()?;
+    errors::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("PROTOCOL_VERSION", hetgen_data::PROTOCOL_VERSION)?;
+    Ok(())
+}
