@@ -19,13 +19,17 @@ build:
 	$(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-runtime
 
 ## The whole test suite: formatting, lints, Rust tests (deploy against moto's SageMaker
-## emulator, jobs as local clusters of real processes), and the SageMaker API-model checks.
+## emulator, jobs as local clusters of real processes), the SageMaker API-model checks, and the
+## rendered SDK files run through SageMaker Python SDK 3.x and 2.x against moto.
 test: build
 	cargo fmt --all -- --check
 	$(WITH_TORCH) && cargo clippy --locked --workspace --all-targets -- -D warnings
 	$(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && \
+	  SDK3="$$(scripts/sdk-env.sh 3)" && SDK2="$$(scripts/sdk-env.sh 2)" && \
 	  HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" cargo test --locked --workspace && \
-	  HETGEN_BIN="$(HETGEN)" "$$VENV/bin/python" -m pytest tests/botocore -q -p no:cacheprovider
+	  HETGEN_BIN="$(HETGEN)" HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" \
+	  HETGEN_SDK3_PYTHON="$$SDK3/bin/python" HETGEN_SDK2_PYTHON="$$SDK2/bin/python" \
+	  "$$VENV/bin/python" -m pytest tests/botocore tests/sdk -q -p no:cacheprovider
 
 ## The main job: scaffold the tiny local example, render it, and run it as a simulated
 ## heterogeneous cluster (two data hosts, one trainer host) on this machine.

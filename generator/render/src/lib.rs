@@ -5,7 +5,8 @@
 //! | file | what it is |
 //! |---|---|
 //! | `create-training-job.json` | the exact CreateTrainingJob request ([`request`]) |
-//! | `estimator.py` | the same job through the SageMaker Python SDK |
+//! | `estimator.py` | the same job through the SageMaker Python SDK 3.x (`ModelTrainer`) |
+//! | `estimator_sdk2.py` | the same job through the SageMaker Python SDK 2.x (`Estimator`) |
 //! | `job.json` | the resolved job, read by the launcher inside every instance |
 //! | `launcher/` | a Cargo crate whose `main` starts the instance's role |
 //! | `proto/hetgen/data/v1/data.proto` | the data service contract |
@@ -31,6 +32,12 @@ pub use write::{Stale, WriteError, check, write};
 pub const TORCH_VERSION: &str = "2.13.0";
 /// The tch release the runtime uses.
 pub const TCH_VERSION: &str = "0.26";
+/// The SageMaker Python SDK that `estimator.py` is written for (3.x, `ModelTrainer`); the test
+/// suite runs it with the release pinned in `requirements/sdk3.txt`.
+pub const SDK3_REQUIREMENT: &str = "sagemaker>=3.27,<4";
+/// The SageMaker Python SDK that `estimator_sdk2.py` is written for (2.x, `Estimator`); the test
+/// suite runs it with the release pinned in `requirements/sdk2.txt`.
+pub const SDK2_REQUIREMENT: &str = "sagemaker>=2.257,<3";
 
 /// The data service contract, owned by the runtime and copied into every rendered job.
 pub const DATA_PROTO: &str = include_str!("../../../runtime/proto/hetgen/data/v1/data.proto");
@@ -95,9 +102,12 @@ struct JobFile<'a> {
 pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateError> {
     let sha = origin.sha256();
     let mut files = Vec::new();
-    if let Some(sm) = &job.sagemaker {
-        let request = request::create_training_job(job, sm, &sha);
-        files.push(generated("create-training-job.json", json(&request)));
+    let request = job
+        .sagemaker
+        .as_ref()
+        .map(|sm| request::create_training_job(job, sm, &sha));
+    if let Some(request) = &request {
+        files.push(generated("create-training-job.json", json(request)));
     }
     let job_file = JobFile {
         generated_by: format!("hetgen {}", env!("CARGO_PKG_VERSION")),
@@ -106,7 +116,7 @@ pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateErr
         job,
     };
     files.push(generated("job.json", json(&job_file)));
-    files.extend(templates::render_all(job, origin, &sha)?);
+    files.extend(templates::render_all(job, request.as_ref(), origin, &sha)?);
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Rendered {
         dir: job.name.clone(),

@@ -1,6 +1,5 @@
 //! The embedded minijinja templates and the one typed context they all share.
 
-use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use hetgen_spec::Job;
@@ -11,13 +10,16 @@ use minijinja::value::Serde;
 use minijinja::{Environment, UndefinedBehavior, Value};
 use serde::Serialize;
 
-use crate::request::{self, Tag};
-use crate::{DATA_PROTO, File, Ownership, SpecOrigin, TCH_VERSION, TORCH_VERSION};
+use crate::request::CreateTrainingJob;
+use crate::{
+    DATA_PROTO, File, Ownership, SDK2_REQUIREMENT, SDK3_REQUIREMENT, SpecOrigin, TCH_VERSION,
+    TORCH_VERSION,
+};
 
 static TEMPLATES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../../templates");
 
 /// Templates rendered only for jobs with a `[sagemaker]` section.
-const SAGEMAKER_ONLY: &[&str] = &["estimator.py"];
+const SAGEMAKER_ONLY: &[&str] = &["estimator.py", "estimator_sdk2.py"];
 /// Templates whose output belongs to the user once written.
 const SCAFFOLDS: &[&str] = &["launcher/src/main.rs"];
 
@@ -47,9 +49,14 @@ struct Context<'a> {
     sm: Option<&'a SageMaker>,
     /// More than one instance group: the InstanceGroups form.
     hetero: bool,
-    hyperparameters: BTreeMap<String, String>,
-    tags: Vec<Tag>,
-    metric_definitions: Vec<BTreeMap<&'static str, String>>,
+    /// The CreateTrainingJob request, for the SDK files: they spell out exactly its members.
+    request: Option<&'a CreateTrainingJob>,
+    /// The variable carrying the job token, which the SDK files add per submission.
+    token_var: &'static str,
+    /// The pip requirement of `estimator.py` (SDK 3.x).
+    sdk3_requirement: &'static str,
+    /// The pip requirement of `estimator_sdk2.py` (SDK 2.x).
+    sdk2_requirement: &'static str,
     crate_name: String,
     runtime_version: &'static str,
     torch_version: &'static str,
@@ -61,6 +68,7 @@ struct Context<'a> {
 
 pub(crate) fn render_all(
     job: &Job,
+    request: Option<&CreateTrainingJob>,
     origin: SpecOrigin<'_>,
     sha: &str,
 ) -> Result<Vec<File>, TemplateError> {
@@ -81,18 +89,10 @@ pub(crate) fn render_all(
         job,
         sm,
         hetero: job.groups.len() > 1,
-        hyperparameters: sm
-            .map(|s| request::hyperparameters(job, s))
-            .unwrap_or_default(),
-        tags: sm.map(|s| request::tags(s, sha)).unwrap_or_default(),
-        metric_definitions: sm
-            .map(|s| {
-                s.metrics
-                    .iter()
-                    .map(|m| BTreeMap::from([("Name", m.name.clone()), ("Regex", m.regex.clone())]))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        request,
+        token_var: hetgen_env::TOKEN_VAR,
+        sdk3_requirement: SDK3_REQUIREMENT,
+        sdk2_requirement: SDK2_REQUIREMENT,
         crate_name: format!("{}-launcher", job.name.to_lowercase()),
         runtime_version: env!("CARGO_PKG_VERSION"),
         torch_version: TORCH_VERSION,

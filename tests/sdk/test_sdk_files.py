@@ -1,0 +1,187 @@
+"""The rendered SDK files send exactly the rendered CreateTrainingJob request.
+
+Each example with a `[sagemaker]` section is rendered, and its `estimator.py` (SDK 3.x) and
+`estimator_sdk2.py` (SDK 2.x) are run as a user runs them, `python estimator.py`, each with the
+real SDK from its own venv (requirements/sdk3.txt, requirements/sdk2.txt), against moto's server
+with request recording on. The CreateTrainingJob request moto received is compared with
+`create-training-job.json` member by member. What may differ is listed below, per SDK, with the
+exact value it must have; the rendered files say the same in their docstrings.
+"""
+
+import base64
+import json
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import time
+import tomllib
+
+import pytest
+
+REPO = pathlib.Path(os.environ.get("HETGEN_REPO") or pathlib.Path(__file__).resolve().parents[2])
+EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.toml")
+                  if "sagemaker" in tomllib.loads(p.read_text()))
+TOKEN_VAR = "HETGEN_JOB_TOKEN"
+
+
+class Sdk:
+    """One SDK major: the file written for it, the venv that runs it, what it adds."""
+
+    def __init__(self, file, python_var, name_suffix, additions):
+        self.file = file
+        self.python_var = python_var
+        # The SDK's job-name suffix, after a prefix of the rendered name.
+        self.name_suffix = name_suffix
+        # (request) -> {member: value} the SDK sends beyond the rendered request.
+        self.additions = additions
+
+    def python(self):
+        python = os.environ.get(self.python_var)
+        if not python:
+            pytest.fail(f"{self.python_var} is not set: point it at the SDK venv's python "
+                        "(make test does)")
+        return python
+
+
+SDKS = {
+    "sdk3": Sdk(
+        "estimator.py", "HETGEN_SDK3_PYTHON", r"-\d{14}",
+        # ModelTrainer always sends HyperParameters, empty when the job has none.
+        lambda request: {} if "HyperParameters" in request else {"HyperParameters": {}}),
+    "sdk2": Sdk(
+        "estimator_sdk2.py", "HETGEN_SDK2_PYTHON", r"-\d{4}(-\d{2}){5}-\d{3}",
+        # Estimator always sends a ProfilerConfig; disable_profiler=True makes it the API's "off".
+        lambda request: {"ProfilerConfig": {"DisableProfiler": True}}),
+}
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    """moto's server with request recording on: yields (url, recording file)."""
+    binary = os.environ.get("HETGEN_MOTO_SERVER")
+    if not binary:
+        pytest.fail("HETGEN_MOTO_SERVER is not set: point it at moto's `moto_server` "
+                    "(make test does)")
+    recording = tmp_path_factory.mktemp("moto") / "recording.jsonl"
+    recording.touch()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording))
+    server = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto_server did not start"
+                assert server.poll() is None, "moto_server exited"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", recording
+    finally:
+        server.kill()
+        server.wait()
+
+
+def sent_requests(recording):
+    """The CreateTrainingJob bodies moto recorded, in order."""
+    bodies = []
+    for line in recording.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["headers"].get("X-Amz-Target") != "SageMaker.CreateTrainingJob":
+            continue
+        body = entry["body"]
+        bodies.append(json.loads(base64.b64decode(body) if entry["body_encoded"] else body))
+    return bodies
+
+
+def differences(got, want, path=""):
+    """Every member where `got` and `want` differ, as `path: got != want`."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        out = []
+        for key in sorted(set(got) | set(want)):
+            where = f"{path}.{key}" if path else key
+            if key not in want:
+                out.append(f"{where}: sent but not in the rendered request: {got[key]!r}")
+            elif key not in got:
+                out.append(f"{where}: in the rendered request but not sent: {want[key]!r}")
+            else:
+                out += differences(got[key], want[key], where)
+        return out
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences(g, w, f"{path}[{i}]")]
+    return [] if got == want and type(got) is type(want) else [f"{path}: {got!r} != {want!r}"]
+
+
+def submit(sdk, job_dir, moto_url, home):
+    """Runs the SDK file as a user would, with fake credentials, against moto only."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),  # no SageMaker or AWS config of the user's
+        "LANG": "C.UTF-8",
+        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_CONFIG_FILE": "/nonexistent/hetgen-test/config",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/hetgen-test/credentials",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # SDK 3 checks the role with iam:SimulatePrincipalPolicy, which moto does not emulate.
+        "SAGEMAKER_VALIDATE_ROLE": "false",
+        "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+    }
+    run = subprocess.run([sdk.python(), sdk.file], cwd=job_dir, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, f"python {sdk.file} failed:\n{run.stdout}\n{run.stderr}"
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+@pytest.mark.parametrize("example", EXAMPLES or [None], ids=lambda p: p.stem if p else "none")
+def test_sdk_file_sends_the_rendered_request(example, sdk, moto, tmp_path, hetgen_bin):
+    assert example, f"no examples/*.toml with [sagemaker] in {REPO}"
+    sdk = SDKS[sdk]
+    moto_url, recording = moto
+    render = subprocess.run([hetgen_bin, "render", str(example), "--out", str(tmp_path / "build")],
+                            capture_output=True, text=True, timeout=120)
+    assert render.returncode == 0, f"hetgen render failed:\n{render.stderr}"
+    [job_dir] = (tmp_path / "build").iterdir()
+    want = json.loads((job_dir / "create-training-job.json").read_text())
+    fixed_name = tomllib.loads(example.read_text())["job"].get("fixed_name", False)
+
+    recording.write_text("")
+    (tmp_path / "home").mkdir()
+    submit(sdk, job_dir, moto_url, tmp_path / "home")
+    [got] = sent_requests(recording)
+
+    # The job token: fresh, 64 hex digits, and the only variable added to Environment.
+    token = got.get("Environment", {}).pop(TOKEN_VAR, "")
+    assert re.fullmatch(r"[0-9a-f]{64}", token), f"{TOKEN_VAR}={token!r}"
+    if got.get("Environment") == {} and "Environment" not in want:
+        del got["Environment"]
+
+    # The job name: the rendered one, or a prefix of it followed by the SDK's suffix.
+    name, wanted = got.pop("TrainingJobName"), want.pop("TrainingJobName")
+    if fixed_name and sdk.file == "estimator_sdk2.py":
+        assert name == wanted
+    else:
+        match = re.fullmatch(r"(.+)" + sdk.name_suffix, name)
+        assert match and wanted.startswith(match[1]) and len(name) <= 63, name
+
+    additions = sdk.additions(want)
+    for member, value in additions.items():
+        assert got.pop(member, None) == value, f"{member} should be {value!r}"
+    assert differences(got, want) == []
+
+
+def test_differences_name_each_member():
+    want = {"A": {"B": [1, {"C": "x"}]}, "D": True}
+    got = {"A": {"B": [1, {"C": "y"}]}, "D": 1, "E": 2}
+    assert differences(got, want) == [
+        "A.B[1].C: 'y' != 'x'",
+        "D: 1 != True",
+        "E: sent but not in the rendered request: 2",
+    ]
