@@ -39,6 +39,15 @@ pub enum Command {
     Bench(BenchArgs),
     /// Print the JSON Schema of hetgen.toml
     Schema,
+    /// Print a shell completion script: `source <(hetgen completions bash)`
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// How results are printed.

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         cli::Command::Compare(args) => commands::plan::compare(&args),
         cli::Command::Profile(args) => commands::profile::run(&args),
         cli::Command::Bench(args) => commands::bench::run(&args),
+        cli::Command::Completions(args) => commands::completions::run(&args),
     };
     match result {
         Ok(code) => code,

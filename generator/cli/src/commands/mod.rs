@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod completions;
 pub mod deploy;
 pub mod jobs;
 pub mod local;

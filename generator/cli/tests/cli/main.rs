@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod aws;
+mod completions;
 mod fixture;
 mod local;
 
