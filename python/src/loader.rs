@@ -150,9 +150,11 @@ impl NativeLoader {
                 (None, None, None) => BTreeMap::new(),
             };
             // Ranks of one host share its cores: each gets its part unless the spec says.
-            let threads = threads.or(job.pipeline.threads.map(|t| t as usize)).unwrap_or_else(|| {
-                (hetgen_pipeline::available_cores() / local_world_size.max(1) as usize).max(1)
-            });
+            let threads = threads
+                .or(job.pipeline.threads.map(|t| t as usize))
+                .unwrap_or_else(|| {
+                    (hetgen_pipeline::available_cores() / local_world_size.max(1) as usize).max(1)
+                });
             let engine = Engine::new(&job, &StageRegistry::builtin(), &channels, Some(threads))
                 .map_err(|e| errors::to_py(&e))?;
             Input::Local(Arc::new(engine))
@@ -354,9 +356,9 @@ impl NativeLoader {
             }
         };
         if let Some(audit) = &mut state.audit {
-            audit.record(&batch).map_err(|e| {
-                DataError::new_err(format!("cannot append to the audit file: {e}"))
-            })?;
+            audit
+                .record(&batch)
+                .map_err(|e| DataError::new_err(format!("cannot append to the audit file: {e}")))?;
         }
         state.position = position;
         drop(state);
@@ -381,9 +383,8 @@ impl NativeLoader {
     /// Continue from `position` (JSON, as [`position`](Self::position) gave it): the running
     /// stream is dropped and the next batch is the first one after `position`.
     fn restart(&self, position: &str) -> PyResult<()> {
-        let position: Position = serde_json::from_str(position).map_err(|e| {
-            ConfigurationError::new_err(format!("not a loader position: {e}"))
-        })?;
+        let position: Position = serde_json::from_str(position)
+            .map_err(|e| ConfigurationError::new_err(format!("not a loader position: {e}")))?;
         let plan = self.plan(position.epoch);
         let known: Vec<u32> = plan.shards.iter().map(|s| s.id).collect();
         let stray = position
@@ -498,14 +499,13 @@ fn load_spec(path: &Path) -> PyResult<Job> {
     if path.extension().is_some_and(|e| e == "json") {
         return load_job_file(Some(path));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        SpecError::new_err(format!("cannot read the spec {}: {e}", path.display()))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SpecError::new_err(format!("cannot read the spec {}: {e}", path.display())))?;
     let name = path.display().to_string();
     let checked = hetgen_spec::check(&name, &text);
-    checked.job.ok_or_else(|| {
-        SpecError::new_err(describe_problems(&name, &checked.report))
-    })
+    checked
+        .job
+        .ok_or_else(|| SpecError::new_err(describe_problems(&name, &checked.report)))
 }
 
 fn load_job_file(path: Option<&Path>) -> PyResult<Job> {
@@ -593,7 +593,10 @@ fn connect(
                     .collect::<PyResult<Vec<_>>>()?,
                 (None, Some(env)) => {
                     let port = hetgen_data::role::data_port().map_err(|e| errors::to_py(&e))?;
-                    data_hosts(&job, env).into_iter().map(|h| (h, port)).collect()
+                    data_hosts(&job, env)
+                        .into_iter()
+                        .map(|h| (h, port))
+                        .collect()
                 }
                 (None, None) => {
                     return Err(ConfigurationError::new_err(

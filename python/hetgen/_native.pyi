@@ -1,0 +1,72 @@
+"""Type stubs of the native module (``python/src``); the public API is ``hetgen``'s."""
+
+from typing import Optional
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+PROTOCOL_VERSION: int
+
+class HetgenError(Exception): ...
+class SpecError(HetgenError): ...
+class ConfigurationError(HetgenError): ...
+class ConnectError(HetgenError): ...
+class HandshakeError(HetgenError): ...
+class DataError(HetgenError): ...
+
+class BatchMemory:
+    def __len__(self) -> int: ...
+
+class NativeLoader:
+    def __init__(
+        self,
+        *,
+        spec: Optional[str] = None,
+        mode: Optional[str] = None,
+        hosts: Optional[list[str]] = None,
+        token: Optional[str] = None,
+        channels: Optional[dict[str, str]] = None,
+        threads: Optional[int] = None,
+        rank: int = 0,
+        world_size: int = 1,
+        local_world_size: int = 1,
+        deterministic: Optional[bool] = None,
+        epochs: Optional[int] = None,
+        prefetch: int = 2,
+        connect_timeout: Optional[float] = None,
+        stall_timeout: Optional[float] = None,
+        trainer_id: Optional[str] = None,
+    ) -> None: ...
+    mode: str
+    hosts: list[str]
+    threads: int
+    job_name: str
+    batch_size: int
+    shard_size: int
+    seed: int
+    samples_per_epoch: int
+    rank: int
+    world_size: int
+    epochs: Optional[int]
+    deterministic: bool
+    output_shape: list[int]
+    normalization: list[tuple[list[float], list[float]]]
+    def batches_per_epoch(self) -> int: ...
+    def remaining_in_epoch(self) -> tuple[int, int]: ...
+    def next_batch(
+        self,
+    ) -> Optional[
+        tuple[
+            npt.NDArray[np.uint8],
+            npt.NDArray[np.int64],
+            npt.NDArray[np.uint64],
+            int,
+            int,
+            int,
+        ]
+    ]: ...
+    def position(self) -> str: ...
+    def restart(self, position: str) -> None: ...
+    def close(self) -> None: ...
+    def shutdown(self, reason: str) -> list[tuple[str, str]]: ...

@@ -1,0 +1,73 @@
+"""torch glue for ``hetgen.Loader`` batches. Imports torch on first use, never at
+``import hetgen``, and works with whatever torch the image has.
+
+Batches travel as compact ``uint8`` NHWC; :func:`to_device` does what hetgen's own trainer does on
+its device: copy the ``uint8`` pixels (a quarter of the bytes of ``float32``), then convert to
+``float32`` NCHW in ``[0, 1]`` and apply the spec's ``normalize`` stages there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import torch
+
+Normalization = Sequence[Tuple[Sequence[float], Sequence[float]]]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def to_tensors(batch, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)`` as CPU tensors over the batch's own memory (``torch.from_numpy``:
+    no copy). ``pin_memory=True`` copies them into page-locked memory instead, which lets the
+    host-to-GPU copy run asynchronously; it needs a CUDA build of torch with a GPU."""
+    torch = _torch()
+    images = torch.from_numpy(batch[0])
+    labels = torch.from_numpy(batch[1])
+    if pin_memory:
+        images, labels = images.pin_memory(), labels.pin_memory()
+    return images, labels
+
+
+def to_device(
+    batch,
+    device: torch.device | str = "cpu",
+    normalization: Normalization = (),
+    *,
+    pin_memory: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)`` on ``device``: images ``float32`` ``[n, c, h, w]`` scaled to
+    ``[0, 1]`` and normalised by each ``(mean, std)`` of ``normalization`` (pass
+    ``loader.normalization``), labels ``int64`` ``[n]``.
+
+    ``pin_memory`` defaults to whether ``device`` is a CUDA device: then the copy is
+    asynchronous (``non_blocking``) from page-locked memory."""
+    torch = _torch()
+    device = torch.device(device)
+    if pin_memory is None:
+        pin_memory = device.type == "cuda"
+    images, labels = to_tensors(batch, pin_memory=pin_memory)
+    images = images.to(device, non_blocking=pin_memory)
+    labels = labels.to(device, non_blocking=pin_memory)
+    x = images.permute(0, 3, 1, 2).float().div_(255.0)
+    channels = x.shape[1]
+    for mean, std in normalization:
+        x = x.sub_(_constant(torch, mean, channels, x)).div_(_constant(torch, std, channels, x))
+    return x, labels
+
+
+def _constant(torch, values: Sequence[float], channels: int, like):
+    """``[1, c, 1, 1]`` on ``like``'s device; one value stands for every channel."""
+    values = list(values)
+    if len(values) == 1:
+        values = values * channels
+    if len(values) != channels:
+        raise ValueError(
+            f"normalize has {len(values)} values for images of {channels} channel(s)"
+        )
+    return torch.tensor(values, dtype=like.dtype, device=like.device).view(1, channels, 1, 1)

@@ -1,0 +1,306 @@
+"""Real data-server processes on 127.0.0.1 for the package's tests.
+
+A `Cluster` lays out a hetgen job the way `hetgen deploy --local` does: `job.json` rendered by
+the `hetgen` binary from a spec, one SageMaker tree per host (`resourceconfig.json`,
+`inputdataconfig.json`), a hosts file giving every host its own loopback address, and
+`hetgen-data-server` processes for the data hosts. Training code runs either in this process
+(`cluster.trainer_env()` applied with monkeypatch) or as a child process with that environment,
+exactly as a script inside a job would.
+
+The binaries come from `HETGEN_BIN` and `HETGEN_DATA_SERVER` (`make test` sets both).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "python-tests-token-0123456789abcdef"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def binary(var: str) -> str:
+    path = os.environ.get(var)
+    if not path or not Path(path).is_file():
+        pytest.fail(f"{var} must name the built binary (make test sets it); it is {path!r}")
+    return path
+
+
+def png(pixels: bytes, width: int, height: int) -> bytes:
+    """A grey 8-bit PNG, written by hand so the tests need no imaging library."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + pixels[y * width : (y + 1) * width] for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def digit_rows():
+    """(index, 64 pixel values 0..=255, label) of the shipped digits data set."""
+    text = gzip.decompress((REPO / "datasets/digits/digits.csv.gz").read_bytes()).decode()
+    for n, line in enumerate(text.splitlines()):
+        values = [int(float(v)) for v in line.split(",")]
+        yield n, [min(v * 16, 255) for v in values[:64]], values[64]
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory) -> Path:
+    """`digits/{train,test}/<label>/<n>.png`, every fifth image held out (as the Rust tests)."""
+    root = tmp_path_factory.mktemp("digits")
+    for n, pixels, label in digit_rows():
+        split = "test" if n % 5 == 0 else "train"
+        folder = root / split / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{n:04d}.png").write_bytes(png(bytes(pixels), 8, 8))
+    return root
+
+
+DIGITS_SPEC = """\
+version = 1
+
+[job]
+name = "{name}"
+seed = 7
+
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = {data_hosts}
+role = "data"
+
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+
+[[channel]]
+name = "training"
+uri = "{train}"
+instance_groups = ["data_group"]
+
+[pipeline]
+source = {{ format = "image-folder", channel = "training" }}
+batch_size = {batch_size}
+shard_size = {shard_size}
+threads = 1
+
+[[pipeline.stage]]
+op = "decode"
+channels = 1
+
+[[pipeline.stage]]
+op = "resize"
+size = [8, 8]
+
+[[pipeline.stage]]
+op = "normalize"
+mean = [0.5]
+std = [0.5]
+
+[trainer]
+model = "mlp"
+epochs = 1
+device = "cpu"
+deterministic = {deterministic}
+"""
+
+
+def write_spec(folder: Path, **values) -> Path:
+    spec = folder / "hetgen.toml"
+    spec.write_text(DIGITS_SPEC.format(**values))
+    return spec
+
+
+class Cluster:
+    """A hetgen job of `data_hosts` data servers and one trainer host, on loopback addresses."""
+
+    _count = 0
+
+    def __init__(self, root: Path, spec: Path, data_hosts: int, extra_env: dict | None = None):
+        Cluster._count += 1
+        self.root = root
+        self.spec = spec
+        # Distinct loopback subnets and ports per test process and cluster keep runs apart.
+        pid = os.getpid()
+        self.net = f"127.{pid % 200 + 30}.{Cluster._count % 250}"
+        self.port = 30000 + (pid % 10000) + Cluster._count
+        out = root / "build"
+        subprocess.run(
+            [binary("HETGEN_BIN"), "render", str(spec), "--out", str(out)],
+            check=True,
+            capture_output=True,
+        )
+        (self.job_file,) = out.glob("*/job.json")
+        self.data = [f"algo-{i}" for i in range(1, data_hosts + 1)]
+        self.trainer = f"algo-{data_hosts + 1}"
+        everyone = self.data + [self.trainer]
+        lines = [f"{self.net}.{i} {host}" for i, host in enumerate(everyone, start=1)]
+        (root / "hosts.txt").write_text("\n".join(lines) + "\n")
+        for host in everyone:
+            config = root / host / "input/config"
+            config.mkdir(parents=True)
+            group = "dnn_group" if host == self.trainer else "data_group"
+            (config / "resourceconfig.json").write_text(
+                json.dumps(
+                    {
+                        "current_group_name": group,
+                        "current_host": host,
+                        "current_instance_type": "ml.c5.xlarge",
+                        "hosts": everyone,
+                        "instance_groups": [
+                            {
+                                "instance_group_name": "data_group",
+                                "instance_type": "ml.c5.xlarge",
+                                "hosts": self.data,
+                            },
+                            {
+                                "instance_group_name": "dnn_group",
+                                "instance_type": "ml.m5.xlarge",
+                                "hosts": [self.trainer],
+                            },
+                        ],
+                        "network_interface_name": "eth0",
+                    }
+                )
+            )
+            channels = {"training": {"TrainingInputMode": "File"}} if group == "data_group" else {}
+            (config / "inputdataconfig.json").write_text(json.dumps(channels))
+        self.extra_env = extra_env or {}
+        self.servers: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def common_env(self) -> dict[str, str]:
+        return {
+            "HETGEN_JOB_FILE": str(self.job_file),
+            "HETGEN_JOB_TOKEN": TOKEN,
+            "HETGEN_HOSTS_FILE": str(self.root / "hosts.txt"),
+            "HETGEN_DATA_PORT": str(self.port),
+            **self.extra_env,
+        }
+
+    def trainer_env(self) -> dict[str, str]:
+        """What the launcher gives a training script on the trainer host."""
+        return {
+            **self.common_env(),
+            "SAGEMAKER_BASE_DIR": str(self.root / self.trainer),
+        }
+
+    def start(self, train_folder: Path) -> Cluster:
+        for host in self.data:
+            log = self.root / f"{host}.log"
+            env = {
+                **os.environ,
+                **self.common_env(),
+                "SAGEMAKER_BASE_DIR": str(self.root / host),
+                "SM_CHANNEL_TRAINING": str(train_folder),
+                "RUST_LOG": "info",
+            }
+            self.servers[host] = subprocess.Popen(
+                [binary("HETGEN_DATA_SERVER")],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log.open("w"),
+            )
+            self.logs[host] = log
+        return self
+
+    def kill(self, host: str) -> None:
+        self.servers[host].send_signal(signal.SIGKILL)
+        self.servers[host].wait()
+
+    def wait_stopped(self, limit: float) -> dict[str, int | None]:
+        """Exit codes of the data servers after at most `limit` seconds (None: still running)."""
+        deadline = time.monotonic() + limit
+        codes = {}
+        for host, server in self.servers.items():
+            try:
+                codes[host] = server.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[host] = None
+        return codes
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path, digits):
+    made: list[Cluster] = []
+
+    def make(
+        data_hosts: int = 2,
+        batch_size: int = 32,
+        shard_size: int = 128,
+        deterministic: bool = False,
+        extra_env: dict | None = None,
+        start: bool = True,
+    ) -> Cluster:
+        folder = tmp_path / f"job{len(made)}"
+        folder.mkdir()
+        spec = write_spec(
+            folder,
+            name=f"py-{len(made)}",
+            data_hosts=data_hosts,
+            train=digits / "train",
+            batch_size=batch_size,
+            shard_size=shard_size,
+            deterministic=str(deterministic).lower(),
+        )
+        cluster = Cluster(folder, spec, data_hosts, extra_env)
+        made.append(cluster)
+        if start:
+            cluster.start(digits / "train")
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.stop()
+
+
+def run_script(name: str, env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run `tests/scripts/NAME` with the job's environment added, as a training script."""
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{name} exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n"
+            f"{result.stderr}"
+        )
+    return result
+
+
+def audit(path: Path) -> list[tuple[int, int]]:
+    """`(epoch, sample id)` lines of an audit file."""
+    out = []
+    for line in path.read_text().splitlines():
+        epoch, sample = line.split()
+        out.append((int(epoch), int(sample)))
+    return out

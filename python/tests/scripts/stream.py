@@ -1,0 +1,82 @@
+"""Stream batches through `hetgen.Loader` and record them, one JSON line per batch.
+
+Used by the tests as a stand-in for a training script: it can run as one rank of a
+`torch.distributed` (gloo) job, stepping in lockstep like DDP, stop after some batches and save
+the loader's state, or start from a saved state.
+"""
+
+import argparse
+import hashlib
+import json
+import time
+
+import hetgen
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spec")
+    parser.add_argument("--mode")
+    parser.add_argument("--channels", type=json.loads)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--stop-after", type=int)
+    parser.add_argument("--state")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--distributed", action="store_true")
+    parser.add_argument("--shutdown", action="store_true")
+    args = parser.parse_args()
+
+    if args.distributed:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    loader = hetgen.Loader(
+        args.spec,
+        mode=args.mode,
+        channels=args.channels,
+        deterministic=args.deterministic or None,
+        epochs=args.epochs,
+    )
+    if args.resume:
+        with open(args.state) as f:
+            loader.load_state_dict(json.load(f))
+    seen = 0
+    with open(args.out, "w") as out:
+        for epoch in range(loader.epoch, args.epochs):
+            for batch in loader:
+                images, labels = batch
+                digest = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
+                record = {
+                    "rank": loader.rank,
+                    "epoch": batch.epoch,
+                    "shard": batch.shard,
+                    "index": batch.index,
+                    "ids": batch.sample_ids.tolist(),
+                    "sha256": digest,
+                }
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                seen += 1
+                if args.distributed:
+                    # What DDP's gradient all-reduce does every step: a rank with fewer batches
+                    # than the others would leave them waiting here forever.
+                    dist.all_reduce(torch.ones(1))
+                if args.sleep:
+                    time.sleep(args.sleep)
+                if args.stop_after is not None and seen == args.stop_after:
+                    with open(args.state, "w") as f:
+                        json.dump(loader.state_dict(), f)
+                    return
+    if args.distributed:
+        dist.barrier()
+    if args.shutdown and loader.rank == 0:
+        loader.shutdown()
+    loader.close()
+
+
+if __name__ == "__main__":
+    main()
