@@ -6,13 +6,14 @@ CARGO_TARGET_DIR ?= $(HOME)/.cache/hetgen/target
 export CARGO_TARGET_DIR
 HETGEN := $(CARGO_TARGET_DIR)/debug/hetgen
 DEMO_DIR := build/demo
+WHEELS := $(CARGO_TARGET_DIR)/wheels
 
 # libtorch for the trainer crate comes from the PyTorch wheel in a venv (scripts/torch-env.sh);
 # torch-sys finds it through that venv's python (LIBTORCH_USE_PYTORCH=1), and binaries carry an
 # rpath to it, so nothing needs LD_LIBRARY_PATH.
 WITH_TORCH = TORCH_VENV="$$(scripts/torch-env.sh)" && export LIBTORCH_USE_PYTORCH=1 PATH="$$TORCH_VENV/bin:$$PATH"
 
-.PHONY: test demo build schema fmt bench-pipeline bench-stream
+.PHONY: test python-test demo build schema fmt bench-pipeline bench-stream
 
 build:
 	scripts/system-deps.sh
@@ -30,6 +31,18 @@ test: build
 	  HETGEN_BIN="$(HETGEN)" HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" \
 	  HETGEN_SDK3_PYTHON="$$SDK3/bin/python" HETGEN_SDK2_PYTHON="$$SDK2/bin/python" \
 	  "$$VENV/bin/python" -m pytest tests/botocore tests/sdk -q -p no:cacheprovider
+	$(MAKE) --no-print-directory python-test
+
+## The Python package (python/): build its wheel with maturin, install it into the torch venv
+## (real torch, as a user's image has), and run its tests against real data-server processes.
+python-test:
+	$(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && export PATH="$$PATH:$$VENV/bin" && \
+	  rm -rf "$(WHEELS)" && \
+	  maturin build --locked --manifest-path python/Cargo.toml -i "$$TORCH_VENV/bin/python" -o "$(WHEELS)" && \
+	  "$$TORCH_VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$(WHEELS)"/hetgen-*.whl && \
+	  cargo build --locked -p hetgen -p hetgen-data --bins && \
+	  HETGEN_BIN="$(HETGEN)" HETGEN_DATA_SERVER="$(CARGO_TARGET_DIR)/debug/hetgen-data-server" \
+	    "$$TORCH_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
 
 ## The main job: scaffold the tiny local example, render it, and run it as a simulated
 ## heterogeneous cluster (two data hosts, one trainer host) on this machine.
