@@ -1,8 +1,11 @@
 //! The command line.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use value::Low;
 
 /// Heterogeneous training clusters for Amazon SageMaker: GPU instances train, CPU instances
 /// preprocess, in one job.
@@ -144,8 +147,9 @@ pub struct DeployArgs {
     #[arg(long)]
     pub wait: bool,
     /// Seconds between status polls with --wait
-    #[arg(long, default_value_t = 30.0)]
-    pub poll_interval: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "30",
+          value_parser = value::seconds(Low::From(0.01), 3600.0))]
+    pub poll_interval: Duration,
     /// Print the request instead of sending it
     #[arg(long)]
     pub dry_run: bool,
@@ -168,17 +172,20 @@ pub struct LocalArgs {
     #[arg(long = "env", value_name = "KEY=VALUE", requires = "local")]
     pub env: Vec<String>,
     /// Give every host this many cores of its own
-    #[arg(long, requires = "local", conflicts_with = "cpus_from_catalog")]
+    #[arg(long, value_name = "N", requires = "local", conflicts_with = "cpus_from_catalog",
+          value_parser = value::whole::<usize>(1, value::MAX_CORES))]
     pub cpus_per_host: Option<usize>,
     /// Share this machine's cores out in proportion to the instance types' vCPUs
     #[arg(long, requires = "local")]
     pub cpus_from_catalog: bool,
     /// Stop the job after this many seconds (default: the spec's max runtime, if any)
-    #[arg(long, requires = "local")]
-    pub max_runtime: Option<f64>,
+    #[arg(long, value_name = "SECONDS", requires = "local",
+          value_parser = value::seconds(Low::Above(0.0), value::MAX_RUNTIME_S))]
+    pub max_runtime: Option<Duration>,
     /// Seconds between SIGTERM and SIGKILL when hosts are stopped
-    #[arg(long, default_value_t = 10.0, requires = "local")]
-    pub grace: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "10", requires = "local",
+          value_parser = value::seconds(Low::From(0.0), 3600.0))]
+    pub grace: Duration,
     /// Run this launcher binary instead of building the rendered launcher crate
     #[arg(long, requires = "local")]
     pub launcher: Option<PathBuf>,
@@ -186,7 +193,8 @@ pub struct LocalArgs {
     #[arg(long, requires = "local")]
     pub release: bool,
     /// Seed for the host-name shuffle and addresses (default: fresh per run)
-    #[arg(long, requires = "local")]
+    #[arg(long, value_name = "N", requires = "local",
+          value_parser = value::whole::<u64>(0, u64::MAX))]
     pub seed: Option<u64>,
 }
 
@@ -212,7 +220,7 @@ pub struct StopArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// How many recent jobs to look at
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, value_name = "N", default_value = "50", value_parser = value::whole::<i32>(1, 100))]
     pub max: i32,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -227,16 +235,18 @@ pub struct PlanArgs {
     #[arg(default_value = "hetgen.toml")]
     pub spec: PathBuf,
     /// vCPUs the pipeline needs to keep one GPU busy (from `hetgen profile` or a measurement)
-    #[arg(long, conflicts_with = "profile")]
+    #[arg(long, value_name = "VCPUS", conflicts_with = "profile",
+          value_parser = value::real(Low::From(0.0), 10_000.0, "a number of vCPUs"))]
     pub cpu_per_gpu: Option<f64>,
     /// A profile written by `hetgen profile --gpu-samples-per-s`, for the vCPUs per GPU
     #[arg(long)]
     pub profile: Option<PathBuf>,
     /// vCPUs of the trainer host kept for its own work (the training loop, the runtime)
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "VCPUS", default_value = "0",
+          value_parser = value::whole::<u32>(0, 10_000))]
     pub reserve_vcpus: u32,
     /// How many data-group options to show
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value = "5", value_parser = value::whole::<usize>(0, 100))]
     pub options: usize,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -248,14 +258,16 @@ pub struct ProfileArgs {
     /// The spec file
     #[arg(default_value = "hetgen.toml")]
     pub spec: PathBuf,
-    /// How long to run the pipeline
-    #[arg(long, default_value_t = 10.0)]
-    pub seconds: f64,
+    /// How long to run the pipeline, in seconds
+    #[arg(long, value_name = "SECONDS", default_value = "10",
+          value_parser = value::seconds(Low::Above(0.0), 86_400.0))]
+    pub seconds: Duration,
     /// Worker threads (default: the cores this process may use)
-    #[arg(long)]
+    #[arg(long, value_name = "N", value_parser = value::whole::<usize>(1, value::MAX_CORES))]
     pub threads: Option<usize>,
     /// Samples per second one GPU trains at; gives the vCPUs needed per GPU
-    #[arg(long)]
+    #[arg(long, value_name = "RATE",
+          value_parser = value::real(Low::Above(0.0), 1e9, "samples per second"))]
     pub gpu_samples_per_s: Option<f64>,
     /// Where to write the profile that `hetgen plan --profile` reads
     #[arg(long, default_value = "profile.json")]
@@ -274,10 +286,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "build")]
     pub out: PathBuf,
     /// Optimizer steps per run (default: the spec's step count, at most 200)
-    #[arg(long)]
+    #[arg(long, value_name = "N", value_parser = value::whole::<u64>(1, 10_000_000))]
     pub steps: Option<u64>,
     /// Cores of the trainer host in both runs (default: half of this machine's)
-    #[arg(long)]
+    #[arg(long, value_name = "N", value_parser = value::whole::<usize>(1, value::MAX_CORES))]
     pub trainer_cores: Option<usize>,
     /// Where bench.json and bench.svg go (default: OUT/<job>/bench)
     #[arg(long)]
@@ -299,21 +311,282 @@ pub struct CompareArgs {
     #[arg(long)]
     pub baseline: PathBuf,
     /// The baseline's measured mean step time, ms
-    #[arg(long)]
+    #[arg(long, value_name = "MS", value_parser = step_ms())]
     pub baseline_step_ms: f64,
     /// The candidate spec (usually the heterogeneous one)
     #[arg(long)]
     pub candidate: PathBuf,
     /// The candidate's measured mean step time, ms
-    #[arg(long)]
+    #[arg(long, value_name = "MS", value_parser = step_ms())]
     pub candidate_step_ms: f64,
     /// The baseline cluster's $/h, overriding the catalog
-    #[arg(long)]
+    #[arg(long, value_name = "USD", value_parser = price())]
     pub baseline_price: Option<f64>,
     /// The candidate cluster's $/h, overriding the catalog
-    #[arg(long)]
+    #[arg(long, value_name = "USD", value_parser = price())]
     pub candidate_price: Option<f64>,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
+}
+
+/// A measured mean step time: more than 0 ms, at most a day.
+fn step_ms() -> impl value::Parser<f64> {
+    value::real(Low::Above(0.0), 86_400_000.0, "milliseconds")
+}
+
+/// A cluster's price: more than 0 $/h, at most a million.
+fn price() -> impl value::Parser<f64> {
+    value::real(Low::Above(0.0), 1_000_000.0, "US dollars per hour")
+}
+
+/// Typed parsers for the numeric flags. Each refuses anything but a finite number in its range
+/// (`inf`, `nan`, `1e400`, `2^64`, negatives, garbage), so a bad value is a usage error (exit 2)
+/// that names the flag and the range, raised before any work starts or any request is sent.
+pub mod value {
+    use std::fmt::Display;
+    use std::time::Duration;
+
+    /// The largest `--max-runtime`: SageMaker's own limit on a training job (28 days).
+    pub const MAX_RUNTIME_S: f64 = 28.0 * 86_400.0;
+    /// The most cores a CPU set can name (Linux's `CPU_SETSIZE`).
+    pub const MAX_CORES: u64 = 1024;
+
+    /// A parser of one flag's values, as clap's `value_parser` takes it.
+    pub trait Parser<T>: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {}
+    impl<T, F: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static> Parser<T> for F {}
+
+    /// The lower end of a range of real numbers.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Low {
+        /// At least this.
+        From(f64),
+        /// Greater than this.
+        Above(f64),
+    }
+
+    /// A real number in `low ..= high`, described as `what` in the error.
+    pub fn real(low: Low, high: f64, what: &'static str) -> impl Parser<f64> {
+        move |text: &str| {
+            let expected = || match low {
+                Low::From(min) => format!("expected {what} from {min} to {high}"),
+                Low::Above(min) => format!("expected {what} greater than {min}, at most {high}"),
+            };
+            // `f64::from_str` takes `inf`, `nan` and `1e400` (as infinity): refuse them by range.
+            let x: f64 = text.trim().parse().map_err(|_| expected())?;
+            let above_low = match low {
+                Low::From(min) => x >= min,
+                Low::Above(min) => x > min,
+            };
+            if x.is_finite() && above_low && x <= high {
+                Ok(x)
+            } else {
+                Err(expected())
+            }
+        }
+    }
+
+    /// A number of seconds (decimals allowed) in `low ..= high`.
+    pub fn seconds(low: Low, high: f64) -> impl Parser<Duration> {
+        let parse = real(low, high, "a number of seconds");
+        move |text: &str| parse(text).map(Duration::from_secs_f64)
+    }
+
+    /// A whole number in `low ..= high`.
+    pub fn whole<T>(low: u64, high: u64) -> impl Parser<T>
+    where
+        T: TryFrom<u64> + Display,
+    {
+        move |text: &str| {
+            let expected = || format!("expected a whole number from {low} to {high}");
+            let n: u64 = text.trim().parse().map_err(|_| expected())?;
+            if (low..=high).contains(&n) {
+                T::try_from(n).map_err(|_| expected())
+            } else {
+                Err(expected())
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn reals_in_range_pass_and_everything_else_is_refused() {
+            let p = real(Low::Above(0.0), 10.0, "a price");
+            assert_eq!(p("2.5"), Ok(2.5));
+            assert_eq!(p("10"), Ok(10.0));
+            for bad in [
+                "0", "-5", "10.5", "inf", "-inf", "nan", "NaN", "1e400", "x", "",
+            ] {
+                let err = p(bad).unwrap_err();
+                assert_eq!(err, "expected a price greater than 0, at most 10", "{bad}");
+            }
+            let s = seconds(Low::From(0.0), 3600.0);
+            assert_eq!(s("0"), Ok(Duration::ZERO));
+            assert_eq!(s("1.5"), Ok(Duration::from_millis(1500)));
+            assert!(s("3600.001").is_err());
+        }
+
+        #[test]
+        fn whole_numbers_in_range_pass_and_everything_else_is_refused() {
+            let p = whole::<usize>(1, MAX_CORES);
+            assert_eq!(p("1"), Ok(1));
+            assert_eq!(p("1024"), Ok(1024));
+            for bad in [
+                "0",
+                "1025",
+                "-1",
+                "1.5",
+                "18446744073709551616",
+                "2^64",
+                "inf",
+                "",
+            ] {
+                assert_eq!(
+                    p(bad).unwrap_err(),
+                    "expected a whole number from 1 to 1024",
+                    "{bad}"
+                );
+            }
+            let i = whole::<i32>(1, 100);
+            assert_eq!(i("100"), Ok(100));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::any::TypeId;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use std::time::Duration;
+
+    use clap::error::ErrorKind;
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    /// The value names numeric flags use; `tests/cli` finds them in `--help` by these.
+    const NUMERIC_VALUE_NAMES: [&str; 6] = ["SECONDS", "N", "VCPUS", "RATE", "MS", "USD"];
+
+    /// Values no numeric flag may take.
+    const BAD: [&str; 10] = [
+        "inf",
+        "-inf",
+        "nan",
+        "-5",
+        "1e400",
+        "18446744073709551616",
+        "2^64",
+        "99999999999999999999999",
+        "garbage",
+        "",
+    ];
+
+    /// `(subcommand, long flag, value name)` of every flag whose values are numbers, found by
+    /// walking the command tree, so a flag added later is covered without being listed.
+    fn numeric_flags() -> Vec<(String, String, String)> {
+        let numeric = [
+            TypeId::of::<f64>(),
+            TypeId::of::<u64>(),
+            TypeId::of::<u32>(),
+            TypeId::of::<usize>(),
+            TypeId::of::<i32>(),
+            TypeId::of::<i64>(),
+            TypeId::of::<u16>(),
+            TypeId::of::<Duration>(),
+        ];
+        let mut out = Vec::new();
+        for sub in Cli::command().get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_value_parser().type_id();
+                if !numeric.iter().any(|t| id == *t) {
+                    continue;
+                }
+                let long = arg.get_long().expect("numeric arguments are flags");
+                let name = arg
+                    .get_value_names()
+                    .and_then(|n| n.first())
+                    .map(|n| n.to_string())
+                    .unwrap_or_default();
+                out.push((sub.get_name().to_owned(), long.to_owned(), name));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_numeric_flag_refuses_values_out_of_its_range_as_a_usage_error() {
+        let flags = numeric_flags();
+        // The flags issue reports named; the walk must find at least these.
+        for (sub, long) in [
+            ("deploy", "poll-interval"),
+            ("deploy", "max-runtime"),
+            ("deploy", "grace"),
+            ("deploy", "cpus-per-host"),
+            ("deploy", "seed"),
+            ("list", "max"),
+            ("plan", "cpu-per-gpu"),
+            ("plan", "reserve-vcpus"),
+            ("plan", "options"),
+            ("compare", "baseline-step-ms"),
+            ("compare", "candidate-price"),
+            ("profile", "seconds"),
+            ("profile", "threads"),
+            ("profile", "gpu-samples-per-s"),
+            ("bench", "steps"),
+            ("bench", "trainer-cores"),
+        ] {
+            assert!(
+                flags.iter().any(|(s, l, _)| s == sub && l == long),
+                "{sub} --{long} not found among {flags:?}"
+            );
+        }
+        for (sub, long, value_name) in &flags {
+            assert!(
+                NUMERIC_VALUE_NAMES.contains(&value_name.as_str()),
+                "{sub} --{long} <{value_name}>: give it one of {NUMERIC_VALUE_NAMES:?}"
+            );
+            for bad in BAD {
+                let argv = ["hetgen", sub, &format!("--{long}={bad}")];
+                let parsed = catch_unwind(AssertUnwindSafe(|| Cli::try_parse_from(argv)))
+                    .unwrap_or_else(|_| panic!("{sub} --{long}={bad} panicked"));
+                let err = parsed.expect_err(&format!("{sub} --{long}={bad} was accepted"));
+                let text = err.render().to_string();
+                assert_eq!(err.kind(), ErrorKind::ValueValidation, "{text}");
+                assert_eq!(err.exit_code(), 2, "{text}");
+                assert!(text.contains(&format!("--{long}")), "{text}");
+                assert!(
+                    text.contains("expected ")
+                        && (text.contains(" to ") || text.contains(", at most ")),
+                    "the range is named: {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn numeric_flags_take_values_in_range() {
+        let cli = Cli::try_parse_from([
+            "hetgen",
+            "deploy",
+            "--local",
+            "--max-runtime",
+            "1.5",
+            "--grace=0",
+            "--cpus-per-host=2",
+            "--seed=18446744073709551615",
+            "--poll-interval=0.05",
+        ])
+        .unwrap();
+        let super::Command::Deploy(args) = cli.command else {
+            panic!("not deploy")
+        };
+        assert_eq!(args.local.max_runtime, Some(Duration::from_millis(1500)));
+        assert_eq!(args.local.grace, Duration::ZERO);
+        assert_eq!(args.local.cpus_per_host, Some(2));
+        assert_eq!(args.local.seed, Some(u64::MAX));
+        assert_eq!(args.poll_interval, Duration::from_millis(50));
+    }
 }

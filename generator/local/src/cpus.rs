@@ -58,8 +58,11 @@ pub fn allot(
         CpuPolicy::PerHost(n) => vec![n; hosts.len()],
         CpuPolicy::FromCatalog => scaled(hosts, available.len())?,
     };
-    let needed: usize = counts.iter().sum();
-    if needed > available.len() {
+    // `--cpus-per-host` is the user's number: a sum that overflows needs more cores than any
+    // machine has, and must not wrap around to a small one.
+    let needed = counts.iter().try_fold(0usize, |sum, &n| sum.checked_add(n));
+    if needed.is_none_or(|needed| needed > available.len()) {
+        let needed = needed.map_or_else(|| "more".to_owned(), |n| n.to_string());
         return Err(LocalError::Cpus {
             message: format!(
                 "{} hosts need {needed} cores of their own; this machine lets hetgen use {}",

@@ -252,7 +252,9 @@ pub fn supervise(
     let mut killed = false;
     let mut open_streams = 2 * commands.len();
     let mut drain_until: Option<Instant> = None;
-    let deadline = limits.max_runtime.map(|d| started_at + d);
+    // A limit too far off to be an `Instant` is no limit (checked: it is the user's number).
+    let deadline = limits.max_runtime.and_then(|d| started_at.checked_add(d));
+    let after_grace = || Instant::now().checked_add(limits.grace);
 
     loop {
         let all_exited = hosts.iter().all(|h| h.exit.is_some());
@@ -296,7 +298,7 @@ pub fn supervise(
                     ending = Some((Status::Failed, "Failed".to_owned(), Some(reason)));
                     h.exit = Some(exit);
                     terminate(&hosts);
-                    kill_at = Some(Instant::now() + limits.grace);
+                    kill_at = after_grace();
                 } else {
                     h.exit = Some(exit);
                 }
@@ -313,7 +315,7 @@ pub fn supervise(
                 observer.stopping(&reason);
                 ending = Some((Status::Stopped, "Stopped".to_owned(), Some(reason)));
                 terminate(&hosts);
-                kill_at = Some(Instant::now() + limits.grace);
+                kill_at = after_grace();
             } else {
                 // Asked twice: do not wait out the grace period.
                 kill_at = Some(Instant::now());
@@ -321,7 +323,7 @@ pub fn supervise(
         }
         if ending.is_none()
             && let Some(limit) = limits.max_runtime
-            && Instant::now() >= started_at + limit
+            && deadline.is_some_and(|d| Instant::now() >= d)
         {
             let reason = format!(
                 "the job ran past its max runtime of {} s",
@@ -334,7 +336,7 @@ pub fn supervise(
                 Some(reason),
             ));
             terminate(&hosts);
-            kill_at = Some(Instant::now() + limits.grace);
+            kill_at = after_grace();
         }
         if !killed && kill_at.is_some_and(|t| Instant::now() >= t) {
             killed = true;

@@ -46,6 +46,40 @@ pub enum PlanError {
         help("give the measured mean step time in milliseconds")
     )]
     StepTime(f64),
+    /// vCPUs per GPU that are not a finite, non-negative number (from a profile file, say).
+    #[error("`{0}` vCPUs per GPU is not a number hetgen can size with")]
+    #[diagnostic(
+        code(hetgen::plan::cpu_per_gpu),
+        help("give a finite number of vCPUs from 0 up, as `hetgen profile` measures it")
+    )]
+    CpuPerGpu(f64),
+    /// A price that is not a finite, positive number.
+    #[error("price `{0}` $/h is not positive")]
+    #[diagnostic(
+        code(hetgen::plan::price),
+        help("give the cluster's price in US dollars per hour")
+    )]
+    Price(f64),
+    /// A total too large to count.
+    #[error("the cluster's {what} overflow hetgen's arithmetic")]
+    #[diagnostic(
+        code(hetgen::plan::overflow),
+        help("check the instance counts and the vCPUs per GPU")
+    )]
+    Overflow { what: &'static str },
+}
+
+/// `a × b`, or an overflow error naming `what`.
+fn mul(a: u32, b: u32, what: &'static str) -> Result<u32, PlanError> {
+    a.checked_mul(b).ok_or(PlanError::Overflow { what })
+}
+
+/// The sum of `items`, or an overflow error naming `what`.
+fn total(items: impl IntoIterator<Item = u32>, what: &'static str) -> Result<u32, PlanError> {
+    items
+        .into_iter()
+        .try_fold(0u32, |sum, n| sum.checked_add(n))
+        .ok_or(PlanError::Overflow { what })
 }
 
 /// One group's share of the cluster.
@@ -111,6 +145,11 @@ pub fn plan(
     reserve_vcpus: u32,
     options: usize,
 ) -> Result<Plan, PlanError> {
+    if let Some(per_gpu) = cpu_per_gpu
+        && !(per_gpu.is_finite() && per_gpu >= 0.0)
+    {
+        return Err(PlanError::CpuPerGpu(per_gpu));
+    }
     let mut groups = Vec::new();
     for g in &job.groups {
         let (Some(vcpus), Some(gpus)) = (g.vcpus, g.gpus) else {
@@ -124,13 +163,13 @@ pub fn plan(
             role: g.role,
             instance_type: g.instance_type.clone(),
             count: g.count,
-            vcpus: vcpus * g.count,
-            gpus: gpus * g.count,
+            vcpus: mul(vcpus, g.count, "vCPUs")?,
+            gpus: mul(gpus, g.count, "GPUs")?,
             price_per_hour: g.price_per_hour.map(|p| p * f64::from(g.count)),
         });
     }
-    let vcpus = groups.iter().map(|g| g.vcpus).sum();
-    let gpus: u32 = groups.iter().map(|g| g.gpus).sum();
+    let vcpus = total(groups.iter().map(|g| g.vcpus), "vCPUs")?;
+    let gpus = total(groups.iter().map(|g| g.gpus), "GPUs")?;
     let price_per_hour = groups.iter().map(|g| g.price_per_hour).sum::<Option<f64>>();
     let vcpu_per_gpu = (gpus > 0).then(|| f64::from(vcpus) / f64::from(gpus));
 
@@ -202,12 +241,15 @@ fn data_options(
         .filter(|i| i.gpus == 0)
         .filter_map(|i| {
             let price = i.price_per_hour?;
-            let count = (deficit / f64::from(i.vcpus)).ceil() as u32;
+            // Options too large to count are not options.
+            let count = (deficit / f64::from(i.vcpus)).ceil();
+            let count = (count <= f64::from(u32::MAX)).then_some(count as u32)?;
+            let vcpus = i.vcpus.checked_mul(count)?;
             let cluster = trainer_price + price * f64::from(count);
             Some(DataOption {
                 instance_type: i.name.clone(),
                 count,
-                vcpus: i.vcpus * count,
+                vcpus,
                 cluster_price_per_hour: cluster,
                 cost_per_busy_gpu_hour: cluster / f64::from(gpus),
             })
@@ -246,7 +288,11 @@ pub struct Comparison {
 /// The cluster price of `job`: `price` when given, else the sum over its groups.
 pub fn cluster_price(job: &Job, price: Option<f64>) -> Result<f64, PlanError> {
     if let Some(p) = price {
-        return Ok(p);
+        return if p.is_finite() && p > 0.0 {
+            Ok(p)
+        } else {
+            Err(PlanError::Price(p))
+        };
     }
     job.groups
         .iter()
@@ -283,7 +329,7 @@ pub fn compare(baseline: &Run<'_>, candidate: &Run<'_>) -> Result<Comparison, Pl
         let price = cluster_price(run.job, run.price)?;
         Ok(Side {
             spec: run.label.to_owned(),
-            instances: run.job.groups.iter().map(|g| g.count).sum(),
+            instances: total(run.job.groups.iter().map(|g| g.count), "instances")?,
             price_per_hour: price,
             step_ms: run.step_ms,
             cost_per_step: cost_per_step(price, run.step_ms),

@@ -182,3 +182,56 @@ fn price_overrides_and_missing_prices() {
         .is_err()
     );
 }
+
+#[test]
+fn vcpus_per_gpu_that_are_not_a_finite_non_negative_number_are_refused() {
+    let p4d = job(P4D);
+    for bad in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -5.0] {
+        let err = plan(&p4d, Catalog::builtin(), Some(bad), 0, 3).unwrap_err();
+        assert!(
+            matches!(err, hetgen_plan::PlanError::CpuPerGpu(_)),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
+fn huge_demands_and_counts_do_not_overflow() {
+    // Far more vCPUs than any cluster has: the cap is tiny, no option's count wraps around.
+    let p = plan(&job(P4D), Catalog::builtin(), Some(1e300), 0, 3).unwrap();
+    let d = p.demand.unwrap();
+    assert!(d.gpu_cap > 0.0 && d.gpu_cap < 1e-290, "{}", d.gpu_cap);
+    assert!(d.options.is_empty(), "{:?}", d.options);
+
+    // A job built by hand (not through validation) with more vCPUs than a u32 holds.
+    let mut big = job(&format!("{TWO_C5}{P4D}"));
+    big.groups[0].count = u32::MAX;
+    let err = plan(&big, Catalog::builtin(), None, 0, 3).unwrap_err();
+    assert!(
+        matches!(err, hetgen_plan::PlanError::Overflow { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn prices_that_are_not_positive_are_refused() {
+    let homo = job(P4D);
+    for bad in [f64::NAN, f64::INFINITY, -5.0, 0.0] {
+        let run = |price| Run {
+            label: "a",
+            job: &homo,
+            step_ms: 100.0,
+            price,
+        };
+        let err = compare(&run(Some(bad)), &run(None)).unwrap_err();
+        assert!(
+            matches!(err, hetgen_plan::PlanError::Price(_)),
+            "{bad}: {err}"
+        );
+        let err = compare(&run(None), &run(Some(bad))).unwrap_err();
+        assert!(
+            matches!(err, hetgen_plan::PlanError::Price(_)),
+            "{bad}: {err}"
+        );
+    }
+}

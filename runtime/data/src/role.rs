@@ -14,6 +14,9 @@ use crate::server::{ServeError, ServerConfig, StopReason, serve};
 /// Seconds without a trainer before a data server exits (default 120).
 pub const WATCHDOG_VAR: &str = "HETGEN_WATCHDOG_S";
 
+/// The longest watchdog: SageMaker's longest training job (28 days).
+const MAX_WATCHDOG_S: f64 = 28.0 * 86_400.0;
+
 /// Why the data role could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RoleError {
@@ -55,23 +58,28 @@ pub enum RoleError {
 /// The port of the data service, from `HETGEN_DATA_PORT` or the default.
 pub fn data_port() -> Result<u16, RoleError> {
     match std::env::var(DATA_PORT_VAR) {
-        Ok(value) => value.parse().map_err(|_| RoleError::Variable {
-            var: DATA_PORT_VAR,
-            value,
-            expected: "a TCP port number",
-        }),
+        Ok(value) => match value.trim().parse::<u16>() {
+            Ok(port) if port > 0 => Ok(port),
+            _ => Err(RoleError::Variable {
+                var: DATA_PORT_VAR,
+                value,
+                expected: "a TCP port number from 1 to 65535",
+            }),
+        },
         Err(_) => Ok(DEFAULT_DATA_PORT),
     }
 }
 
 fn watchdog() -> Result<Duration, RoleError> {
     match std::env::var(WATCHDOG_VAR) {
-        Ok(value) => match value.parse::<f64>() {
-            Ok(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+        // `f64::from_str` takes `inf`, `nan` and `1e400`; the range refuses them, and keeps
+        // `Duration::from_secs_f64` from panicking on values past `u64::MAX` seconds.
+        Ok(value) => match value.trim().parse::<f64>() {
+            Ok(s) if s > 0.0 && s <= MAX_WATCHDOG_S => Ok(Duration::from_secs_f64(s)),
             _ => Err(RoleError::Variable {
                 var: WATCHDOG_VAR,
                 value,
-                expected: "a positive number of seconds",
+                expected: "a number of seconds greater than 0, at most 2419200 (28 days)",
             }),
         },
         Err(_) => Ok(Duration::from_secs(120)),

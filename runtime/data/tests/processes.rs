@@ -217,3 +217,33 @@ fn a_server_without_a_token_fails_with_the_reason_in_the_failure_file() {
     assert!(failure.contains("HETGEN_JOB_TOKEN"), "{failure}");
     let _ = Path::new("");
 }
+
+#[test]
+fn bad_numeric_variables_fail_with_the_reason_in_the_failure_file() {
+    let cluster = Cluster::new(1);
+    // `1e20` seconds once panicked the server at start, leaving no failure file.
+    for (var, value) in [
+        ("HETGEN_WATCHDOG_S", "1e20"),
+        ("HETGEN_WATCHDOG_S", "inf"),
+        ("HETGEN_WATCHDOG_S", "nan"),
+        ("HETGEN_WATCHDOG_S", "-5"),
+        ("HETGEN_WATCHDOG_S", "0"),
+        ("HETGEN_WATCHDOG_S", "soon"),
+        ("HETGEN_DATA_PORT", "0"),
+        ("HETGEN_DATA_PORT", "65536"),
+        ("HETGEN_DATA_PORT", "-1"),
+    ] {
+        let _ = std::fs::remove_file(cluster.failure("algo-1"));
+        let mut child = cluster.start("algo-1", &[(var, value)]);
+        let (status, stderr) =
+            exited_within(&mut child, Duration::from_secs(10)).expect("fails at once");
+        assert_eq!(status.code(), Some(1), "{var}={value}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{var}={value}: {stderr}");
+        let failure = std::fs::read_to_string(cluster.failure("algo-1"))
+            .unwrap_or_else(|e| panic!("{var}={value}: no failure file ({e}): {stderr}"));
+        assert!(
+            failure.contains(var) && (failure.contains(" to ") || failure.contains("at most")),
+            "{var}={value}: {failure}"
+        );
+    }
+}

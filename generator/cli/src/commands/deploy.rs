@@ -1,7 +1,7 @@
 //! `hetgen deploy [SPEC]`: send what `hetgen render` wrote to SageMaker.
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use hetgen_deploy::request::Request;
 use hetgen_deploy::{jobs, unique_name};
@@ -60,7 +60,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             return Ok(ExitCode::SUCCESS);
         }
         let progress = Progress::new(&name);
-        let interval = Duration::from_secs_f64(args.poll_interval.max(0.01));
+        let interval = args.poll_interval;
         let end = jobs::wait(&client, &name, interval, |t| {
             progress.suspend(|| print_transition(t))
         })

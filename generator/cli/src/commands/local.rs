@@ -43,7 +43,6 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     };
     let max_runtime = local
         .max_runtime
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
         .or_else(|| hetgen_local::spec_max_runtime(&job));
     let job_dir = local
         .job_dir
@@ -59,7 +58,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         cpus,
         limits: Limits {
             max_runtime,
-            grace: Duration::from_secs_f64(local.grace.max(0.0)),
+            grace: local.grace,
         },
         seed: local.seed,
     };

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use hetgen_pipeline::profile::Measurement;
 use hetgen_pipeline::{Engine, StageRegistry};
@@ -49,7 +48,7 @@ pub fn run(args: &ProfileArgs) -> Result<ExitCode, Failure> {
         "profiling `{}` on {} thread(s) for {:.0} s ({} samples per epoch)",
         job.name,
         engine.threads(),
-        args.seconds,
+        args.seconds.as_secs_f64(),
         engine.samples_per_epoch()
     );
     let measurement = hetgen_pipeline::profile::measure(
@@ -57,7 +56,7 @@ pub fn run(args: &ProfileArgs) -> Result<ExitCode, Failure> {
         job.seed,
         job.pipeline.shard_size,
         job.pipeline.batch_size,
-        Duration::from_secs_f64(args.seconds.max(0.0)),
+        args.seconds,
     )
     .map_err(pipeline_failure)?;
     let vcpus_per_gpu = args

@@ -376,6 +376,30 @@ fn wait_follows_transitions_to_completed() {
 }
 
 #[test]
+fn a_bad_poll_interval_is_refused_before_the_job_is_submitted() {
+    // `--poll-interval inf` once panicked after CreateTrainingJob had gone out.
+    let fixture = Fixture::start(&[("Completed", "Completed", None)]);
+    let project = rendered_project("mnist-hetero.toml");
+    for bad in ["inf", "nan", "-1", "1e400", "0"] {
+        let out = aws(
+            &[
+                "deploy",
+                "--wait",
+                &format!("--poll-interval={bad}"),
+                "--endpoint-url",
+                &fixture.url,
+            ],
+            project.path(),
+            true,
+        );
+        assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--poll-interval"), "{}", stderr(&out));
+        assert!(out.stdout.is_empty(), "no ARN: nothing was submitted");
+    }
+    assert_eq!(fixture.calls(), Vec::<String>::new());
+}
+
+#[test]
 fn wait_on_a_failed_job_exits_non_zero_with_the_reason() {
     let fixture = Fixture::start(&[
         ("InProgress", "Starting", None),

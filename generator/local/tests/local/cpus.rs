@@ -50,6 +50,20 @@ fn too_few_cores_is_a_clear_error() {
 }
 
 #[test]
+fn cores_per_host_too_large_to_add_up_are_refused_not_wrapped() {
+    // 3 × 6148914691236517206 wraps to 2 in 64 bits; usize::MAX overflows on the second host.
+    for n in [6_148_914_691_236_517_206, usize::MAX] {
+        let err = allot(CpuPolicy::PerHost(n), &hosts(), &[0, 1, 2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("3 hosts need more cores") && err.contains("use 3"),
+            "{n}: {err}"
+        );
+    }
+}
+
+#[test]
 fn catalog_shares_follow_the_instance_types_vcpus() {
     // Three 4-vCPU instance types over 7 cores: 1 each, then 4 spare shared equally with the
     // remainder to the first by fraction; every core used once.

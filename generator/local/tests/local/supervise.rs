@@ -252,6 +252,20 @@ printf 'no newline at the end'
 }
 
 #[test]
+fn limits_too_far_off_to_be_an_instant_are_no_limits() {
+    // `--max-runtime 9223372036854775808` once overflowed an `Instant` in the supervisor.
+    let huge = Limits {
+        max_runtime: Some(Duration::MAX),
+        grace: Duration::MAX,
+    };
+    let body = "if [ \"$SM_CURRENT_INSTANCE_GROUP\" = dnn_group ]; then exit 3; fi";
+    let (_dir, local) = tiny(body, huge);
+    let mut seen = Seen::default();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    assert_eq!(record.status, Status::Failed, "{}", seen.transcript());
+}
+
+#[test]
 fn a_failing_host_fails_the_job_and_the_others_are_killed_after_the_grace_period() {
     // Data hosts trap SIGTERM and carry on, so only SIGKILL ends them; the trainer fails once
     // they are running.
