@@ -48,7 +48,7 @@ pub enum Failure {
     /// A local run ended Failed or Stopped.
     #[error("local job `{name}` {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     #[diagnostic(
-        code(hetgen::local::job_failed),
+        code("hetgen::local::job-failed"),
         help("every host's output is in {}/<host>/output/log.txt; the job record is {}/job-record.json", dir.display(), dir.display())
     )]
     LocalJobFailed {
@@ -97,7 +97,7 @@ pub enum Failure {
     /// The spec cannot be deployed to SageMaker.
     #[error("`{}` has no `[sagemaker]` section", spec.display())]
     #[diagnostic(
-        code(hetgen::deploy::no_sagemaker),
+        code("hetgen::deploy::no-sagemaker"),
         help("add `[sagemaker]` with `region`, `role_arn`, `image_uri` and `output_path`")
     )]
     NoSageMaker { spec: PathBuf },
@@ -113,7 +113,7 @@ pub enum Failure {
     /// The job ended without completing.
     #[error("training job `{name}` ended {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     #[diagnostic(
-        code(hetgen::deploy::job_failed),
+        code("hetgen::deploy::job-failed"),
         help("see the job's logs in CloudWatch (/aws/sagemaker/TrainingJobs)")
     )]
     JobFailed {

@@ -10,7 +10,7 @@ pub enum DeployError {
     /// No credentials in the default chain or the chosen profile.
     #[error("no AWS credentials found ({detail})")]
     #[diagnostic(
-        code(hetgen::aws::no_credentials),
+        code("hetgen::aws::no-credentials"),
         help(
             "configure credentials (`aws configure`, `AWS_PROFILE`, or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`), or pass `--profile`"
         )
@@ -19,14 +19,14 @@ pub enum DeployError {
     /// No region anywhere.
     #[error("no AWS region is set")]
     #[diagnostic(
-        code(hetgen::aws::no_region),
+        code("hetgen::aws::no-region"),
         help("set `region` in `[sagemaker]`, pass `--region`, or set `AWS_REGION`")
     )]
     NoRegion,
     /// The caller may not do this.
     #[error("access denied: {message}")]
     #[diagnostic(
-        code(hetgen::aws::access_denied),
+        code("hetgen::aws::access-denied"),
         help(
             "the caller needs `sagemaker:{operation}` (and `iam:PassRole` on the job's role to create jobs)"
         )
@@ -35,7 +35,7 @@ pub enum DeployError {
     /// CreateTrainingJob with a name that exists.
     #[error("a training job named `{name}` already exists")]
     #[diagnostic(
-        code(hetgen::aws::name_in_use),
+        code("hetgen::aws::name-in-use"),
         help(
             "job names are unique per account and region: drop `--name`/`fixed_name` to get a unique suffix"
         )
@@ -53,7 +53,7 @@ pub enum DeployError {
     /// DescribeTrainingJob of a job that does not exist.
     #[error("no training job named `{name}`")]
     #[diagnostic(
-        code(hetgen::aws::not_found),
+        code("hetgen::aws::not-found"),
         help("check the name and region; `hetgen list` shows the jobs hetgen started")
     )]
     NotFound { name: String },

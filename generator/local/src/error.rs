@@ -12,21 +12,21 @@ pub enum LocalError {
         crate::layout::MAX_HOSTS
     )]
     #[diagnostic(
-        code(hetgen::local::too_many_hosts),
+        code("hetgen::local::too-many-hosts"),
         help("lower the groups' `count` for the local run")
     )]
     TooManyHosts { hosts: usize },
     /// A channel has no folder on this machine.
     #[error("channel `{channel}` is only in `{uri}`, which a local run cannot read")]
     #[diagnostic(
-        code(hetgen::local::remote_channel),
+        code("hetgen::local::remote-channel"),
         help("give the channel a `local_path` with a copy of the data, then `hetgen render`")
     )]
     RemoteChannel { channel: String, uri: String },
     /// A channel's local folder is missing or unreadable.
     #[error("cannot read channel `{channel}`'s folder `{}`", path.display())]
     #[diagnostic(
-        code(hetgen::local::channel_folder),
+        code("hetgen::local::channel-folder"),
         help(
             "create the folder, or fix the channel's `local_path` (relative to the spec's folder)"
         )
@@ -66,7 +66,7 @@ pub enum LocalError {
     /// Cargo is not there.
     #[error("cannot run `{}` to build the launcher", cargo.display())]
     #[diagnostic(
-        code(hetgen::local::no_cargo),
+        code("hetgen::local::no-cargo"),
         help(
             "install Rust (https://rustup.rs), set `CARGO`, or pass a built launcher with `--launcher PATH`"
         )
@@ -79,7 +79,7 @@ pub enum LocalError {
     /// The hetgen runtime source the launcher builds against is missing.
     #[error("the hetgen runtime source is not at `{}`", path.display())]
     #[diagnostic(
-        code(hetgen::local::runtime_source),
+        code("hetgen::local::runtime-source"),
         help(
             "set `HETGEN_RUNTIME_PATH` to the `runtime/launch` folder of a hetgen checkout, or pass `--launcher PATH`"
         )

@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+use hetgen_env::{
+    ChannelConfig, HOSTS_FILE_VAR, InstanceGroup, JOB_FILE_VAR, Paths, ResourceConfig, TOKEN_VAR,
+};
 use hetgen_spec::Job;
 use hetgen_spec::model::{Channel, HOMOGENEOUS_GROUP, Role, S3Distribution};
 use serde::Serialize;
@@ -37,51 +40,6 @@ pub struct Host {
     pub address: Ipv4Addr,
     /// vCPUs of the instance type, when the catalog knows it.
     pub vcpus: Option<u32>,
-}
-
-/// One group of `resourceconfig.json`. Fields in sorted order: SageMaker writes them so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct InstanceGroup {
-    /// The group's hosts, in the order they were handed out (not sorted, as on SageMaker).
-    pub hosts: Vec<String>,
-    /// The group's name as SageMaker reports it.
-    pub instance_group_name: String,
-    /// `ml.*` instance type.
-    pub instance_type: String,
-}
-
-/// `/opt/ml/input/config/resourceconfig.json`, field for field and in SageMaker's key order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ResourceConfig {
-    /// This host's group.
-    pub current_group_name: String,
-    /// This host.
-    pub current_host: String,
-    /// This host's instance type.
-    pub current_instance_type: String,
-    /// Every host, sorted.
-    pub hosts: Vec<String>,
-    /// Every group.
-    pub instance_groups: Vec<InstanceGroup>,
-    /// Always `eth0`.
-    pub network_interface_name: String,
-}
-
-/// One channel of `inputdataconfig.json`, with SageMaker's key names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ChannelConfig {
-    /// The channel's MIME type, when it declares one.
-    #[serde(rename = "ContentType", skip_serializing_if = "Option::is_none")]
-    pub content_type: Option<String>,
-    /// Always `File`: a local channel is a folder on disk, which is what File mode delivers.
-    #[serde(rename = "TrainingInputMode")]
-    pub training_input_mode: &'static str,
-    /// `FullyReplicated` or `ShardedByS3Key`.
-    #[serde(rename = "S3DistributionType")]
-    pub s3_distribution_type: S3Distribution,
-    /// Always `None`: hetgen reads plain objects.
-    #[serde(rename = "RecordWrapperType")]
-    pub record_wrapper_type: &'static str,
 }
 
 /// Host names, groups and addresses of one run.
@@ -268,7 +226,14 @@ impl Layout {
         self.job_dir.join("hosts").join(&host.name)
     }
 
-    /// `hosts.txt`, named by `HETGEN_HOSTS_FILE`.
+    /// The files of the host's `/opt/ml`, as the runtime finds them.
+    pub fn host_paths(&self, host: &Host) -> Paths {
+        Paths {
+            base: self.host_dir(host),
+        }
+    }
+
+    /// `hosts.txt`, named by [`HOSTS_FILE_VAR`].
     pub fn hosts_file(&self) -> PathBuf {
         self.job_dir.join("hosts.txt")
     }
@@ -286,12 +251,7 @@ impl Layout {
             .map(|c| {
                 (
                     c.channel.name.clone(),
-                    ChannelConfig {
-                        content_type: c.channel.content_type.clone(),
-                        training_input_mode: "File",
-                        s3_distribution_type: c.channel.distribution,
-                        record_wrapper_type: "None",
-                    },
+                    ChannelConfig::file(c.channel.content_type.clone(), c.channel.distribution),
                 )
             })
             .collect()
@@ -303,35 +263,27 @@ impl Layout {
         create_new_dir(&self.job_dir)?;
         write(&self.hosts_file(), &self.cluster.hosts_file())?;
         for host in &self.cluster.hosts {
-            let base = self.host_dir(host);
+            let paths = self.host_paths(host);
             for dir in [
-                "input/config",
-                "input/data",
-                "model",
-                "output/data",
-                "checkpoints",
+                paths.config_dir(),
+                paths.data_dir(),
+                paths.model_dir(),
+                paths.output_data_dir(),
+                paths.checkpoint_dir(),
             ] {
-                create_dir(&base.join(dir))?;
+                create_dir(&dir)?;
             }
-            let config = base.join("input/config");
             write(
-                &config.join("resourceconfig.json"),
+                &paths.resource_config(),
                 &to_json(&self.cluster.resource_config(host)),
             )?;
+            write(&paths.hyperparameters(), &to_json(&self.hyperparameters))?;
             write(
-                &config.join("hyperparameters.json"),
-                &to_json(&self.hyperparameters),
-            )?;
-            write(
-                &config.join("inputdataconfig.json"),
+                &paths.input_data_config(),
                 &to_json(&self.input_data_config(host)),
             )?;
             for channel in self.channels_of(host) {
-                self.mount(
-                    channel,
-                    host,
-                    &base.join("input/data").join(&channel.channel.name),
-                )?;
+                self.mount(channel, host, &paths.channel(&channel.channel.name))?;
             }
         }
         Ok(())
@@ -379,7 +331,8 @@ impl Layout {
     /// The environment of `host`'s process, as the SageMaker training toolkit would set it, on
     /// top of `job`'s variables.
     pub fn environment(&self, host: &Host, job: &JobEnvironment) -> BTreeMap<String, String> {
-        let base = self.host_dir(host);
+        let paths = self.host_paths(host);
+        let base = &paths.base;
         let path = |p: PathBuf| p.display().to_string();
         let mut env = job.inherited.clone();
         env.extend(job.variables.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -410,7 +363,7 @@ impl Layout {
         let mut set = |k: &str, v: String| {
             env.insert(k.to_owned(), v);
         };
-        set("SAGEMAKER_BASE_DIR", path(base.clone()));
+        set(hetgen_env::BASE_DIR_VAR, path(base.clone()));
         set("SM_CURRENT_HOST", host.name.clone());
         set("SM_CURRENT_INSTANCE_TYPE", host.instance_type.clone());
         set("SM_CURRENT_INSTANCE_GROUP", host.instance_group.clone());
@@ -421,25 +374,22 @@ impl Layout {
         set("SM_HOSTS", to_json(&self.cluster.host_names()));
         set("SM_NETWORK_INTERFACE_NAME", NETWORK_INTERFACE.to_owned());
         set("SM_INPUT_DIR", path(base.join("input")));
-        set("SM_INPUT_CONFIG_DIR", path(base.join("input/config")));
+        set("SM_INPUT_CONFIG_DIR", path(paths.config_dir()));
         set(
             "SM_INPUT_DATA_CONFIG",
             to_json(&self.input_data_config(host)),
         );
         set("SM_OUTPUT_DIR", path(base.join("output")));
-        set("SM_OUTPUT_DATA_DIR", path(base.join("output/data")));
-        set("SM_MODEL_DIR", path(base.join("model")));
+        set("SM_OUTPUT_DATA_DIR", path(paths.output_data_dir()));
+        set("SM_MODEL_DIR", path(paths.model_dir()));
         set("SM_HPS", to_json(&self.hyperparameters));
         set("SM_CHANNELS", to_json(&channels));
         for name in &channels {
-            set(
-                &format!("SM_CHANNEL_{}", name.to_uppercase().replace('-', "_")),
-                path(base.join("input/data").join(name)),
-            );
+            set(&hetgen_env::channel_var(name), path(paths.channel(name)));
         }
-        set("HETGEN_JOB_FILE", path(job.job_file.clone()));
-        set("HETGEN_JOB_TOKEN", job.token.clone());
-        set("HETGEN_HOSTS_FILE", path(self.hosts_file()));
+        set(JOB_FILE_VAR, path(job.job_file.clone()));
+        set(TOKEN_VAR, job.token.clone());
+        set(HOSTS_FILE_VAR, path(self.hosts_file()));
         env
     }
 }

@@ -33,7 +33,6 @@ pub mod cpus;
 mod error;
 pub mod launcher;
 pub mod layout;
-pub mod progress;
 pub mod record;
 pub mod supervise;
 
@@ -42,6 +41,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Summary};
 use hetgen_spec::Job;
 use hetgen_spec::model::Role;
 
@@ -49,12 +49,11 @@ pub use cpus::CpuPolicy;
 pub use error::LocalError;
 pub use launcher::LauncherBuild;
 pub use layout::{Cluster, Host, JobEnvironment, Layout};
-pub use progress::Step;
 pub use record::{HostRecord, JobRecord};
 pub use supervise::{Exit, HostCommand, Limits, Observer, Outcome, Status, StopRequests, Stream};
 
-/// The data service's port unless `HETGEN_DATA_PORT` says otherwise (as in `hetgen-env`).
-pub const DEFAULT_DATA_PORT: u16 = 16000;
+/// The trainer's per-step line, as the supervisor hands it to an [`Observer`].
+pub use hetgen_spec::step::StepLine as Step;
 
 /// Everything a run needs besides the job.
 #[derive(Debug, Clone)]
@@ -130,9 +129,9 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     let port = variables
         .iter()
         .rev()
-        .find(|(k, _)| k == "HETGEN_DATA_PORT")
+        .find(|(k, _)| k == DATA_PORT_VAR)
         .map(|(_, v)| v.as_str())
-        .or(inherited.get("HETGEN_DATA_PORT").map(String::as_str))
+        .or(inherited.get(DATA_PORT_VAR).map(String::as_str))
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_DATA_PORT);
 
@@ -191,13 +190,15 @@ impl LocalJob {
             .collect();
         // The first trainer (in host order) that wrote a summary speaks for the job; with several
         // trainer replicas the runtime has only rank 0 write one.
-        let summary = trainers.iter().find_map(|c| {
-            let text = std::fs::read_to_string(c.base_dir.join("output/data/summary.json")).ok()?;
-            serde_json::from_str(&text).ok()
-        });
+        let paths = |c: &HostCommand| hetgen_env::Paths {
+            base: c.base_dir.clone(),
+        };
+        let summary = trainers
+            .iter()
+            .find_map(|c| Summary::read(&paths(c).output_data_dir()).ok().flatten());
         let model_dir = trainers
             .iter()
-            .map(|c| c.base_dir.join("model"))
+            .map(|c| paths(c).model_dir())
             .find(|dir| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()));
         if let Some(model) = &model_dir {
             // "The trained model beside the record": a link, so nothing is copied.

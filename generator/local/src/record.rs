@@ -32,7 +32,7 @@ pub struct JobRecord {
     /// Every host, `algo-1` first.
     pub hosts: Vec<HostRecord>,
     /// The trainer's `output/data/summary.json`, when it wrote one.
-    pub summary: Option<serde_json::Value>,
+    pub summary: Option<hetgen_env::Summary>,
     /// The trainer's model folder, when it saved anything (also linked as `<job dir>/model`).
     pub model_dir: Option<PathBuf>,
 }

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use crate::LocalError;
+use crate::Step;
 use crate::layout::Host;
-use crate::progress::Step;
 
 /// SageMaker's limit on `FailureReason`.
 const MAX_REASON: usize = 1024;

@@ -22,7 +22,7 @@ pub enum PlanError {
     /// An instance type without a known price.
     #[error("no price is known for `{instance_type}` (group `{group}`)")]
     #[diagnostic(
-        code(hetgen::plan::no_price),
+        code("hetgen::plan::no-price"),
         help("set `price_per_hour` on the group, or pass the cluster's price on the command line")
     )]
     NoPrice {
@@ -32,7 +32,7 @@ pub enum PlanError {
     /// An instance type without known vCPUs or GPUs.
     #[error("hetgen's catalog does not know `{instance_type}` (group `{group}`)")]
     #[diagnostic(
-        code(hetgen::plan::unknown_type),
+        code("hetgen::plan::unknown-type"),
         help("sizing needs the type's vCPUs and GPUs; use a type from the catalog")
     )]
     UnknownType {
@@ -42,14 +42,14 @@ pub enum PlanError {
     /// A step time that is not a positive number.
     #[error("step time `{0}` ms is not positive")]
     #[diagnostic(
-        code(hetgen::plan::step_time),
+        code("hetgen::plan::step-time"),
         help("give the measured mean step time in milliseconds")
     )]
     StepTime(f64),
     /// vCPUs per GPU that are not a finite, non-negative number (from a profile file, say).
     #[error("`{0}` vCPUs per GPU is not a number hetgen can size with")]
     #[diagnostic(
-        code(hetgen::plan::cpu_per_gpu),
+        code("hetgen::plan::cpu-per-gpu"),
         help("give a finite number of vCPUs from 0 up, as `hetgen profile` measures it")
     )]
     CpuPerGpu(f64),

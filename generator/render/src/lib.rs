@@ -21,6 +21,7 @@ pub mod request;
 mod templates;
 mod write;
 
+use hetgen_env::JobFile;
 use hetgen_spec::Job;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -89,15 +90,6 @@ impl SpecOrigin<'_> {
     }
 }
 
-/// What `job.json` holds: the resolved job and where it came from.
-#[derive(Debug, Serialize)]
-struct JobFile<'a> {
-    generated_by: String,
-    spec: &'a str,
-    spec_sha256: &'a str,
-    job: &'a Job,
-}
-
 /// Renders every file of `job`.
 pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateError> {
     let sha = origin.sha256();
@@ -111,11 +103,11 @@ pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateErr
     }
     let job_file = JobFile {
         generated_by: format!("hetgen {}", env!("CARGO_PKG_VERSION")),
-        spec: origin.file_name,
-        spec_sha256: &sha,
-        job,
+        spec: origin.file_name.to_owned(),
+        spec_sha256: sha.clone(),
+        job: job.clone(),
     };
-    files.push(generated("job.json", json(&job_file)));
+    files.push(generated("job.json", job_file.to_json()));
     files.extend(templates::render_all(job, request.as_ref(), origin, &sha)?);
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Rendered {

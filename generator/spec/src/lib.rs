@@ -20,6 +20,7 @@ pub mod model;
 pub mod raw;
 mod rules;
 pub mod spans;
+pub mod step;
 mod suggest;
 
 pub use catalog::{Catalog, InstanceType};

@@ -370,20 +370,14 @@ pub struct SageMaker {
     pub metrics: Vec<Metric>,
 }
 
-/// The metric definitions matching the trainer's per-step line, e.g.
+/// The metric definitions matching the trainer's per-step line ([`crate::step`]), e.g.
 /// `hetgen-step step=120 loss=0.4312 step_ms=85.10 wait_ms=1.20 samples_per_s=3008.2`.
 pub fn builtin_metrics() -> Vec<Metric> {
-    const NUMBER: &str = r"([0-9.eE+-]+)";
-    [
-        ("train:loss", "loss"),
-        ("train:step_ms", "step_ms"),
-        ("train:wait_ms", "wait_ms"),
-        ("train:samples_per_s", "samples_per_s"),
-    ]
-    .into_iter()
-    .map(|(name, key)| Metric {
-        name: name.to_owned(),
-        regex: format!("hetgen-step.* {key}={NUMBER}"),
-    })
-    .collect()
+    crate::step::METRICS
+        .into_iter()
+        .map(|(name, key)| Metric {
+            name: name.to_owned(),
+            regex: crate::step::metric_regex(key),
+        })
+        .collect()
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use hetgen_pipeline::{Batch, BatchStream, BoxError, Position};
 
 /// The variable naming the audit file.
-pub const AUDIT_FILE_VAR: &str = "HETGEN_AUDIT_FILE";
+pub use hetgen_env::AUDIT_FILE_VAR;
 
 /// An open audit file: front ends that hand batches on themselves (the Python package) record
 /// each batch when they yield it.

@@ -12,7 +12,7 @@ use hetgen_spec::model::Job;
 use crate::server::{ServeError, ServerConfig, StopReason, serve};
 
 /// Seconds without a trainer before a data server exits (default 120).
-pub const WATCHDOG_VAR: &str = "HETGEN_WATCHDOG_S";
+pub use hetgen_env::WATCHDOG_VAR;
 
 /// The longest watchdog: SageMaker's longest training job (28 days).
 const MAX_WATCHDOG_S: f64 = 28.0 * 86_400.0;

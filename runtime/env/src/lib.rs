@@ -12,15 +12,18 @@
 mod error;
 mod hosts;
 mod job_file;
+mod summary;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use hetgen_spec::model::S3Distribution;
 use serde::{Deserialize, Serialize};
 
 pub use error::EnvError;
 pub use hosts::HostsFile;
-pub use job_file::{JobFile, load_job};
+pub use job_file::{DEFAULT_JOB_FILE, JobFile, load_job};
+pub use summary::{SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};
 
 /// Environment variable naming the root that stands for `/opt/ml`.
 pub const BASE_DIR_VAR: &str = "SAGEMAKER_BASE_DIR";
@@ -34,27 +37,39 @@ pub const HOSTS_FILE_VAR: &str = "HETGEN_HOSTS_FILE";
 pub const DATA_PORT_VAR: &str = "HETGEN_DATA_PORT";
 /// The default data service port.
 pub const DEFAULT_DATA_PORT: u16 = 16000;
+/// Environment variable: seconds a data server waits for a trainer before it exits.
+pub const WATCHDOG_VAR: &str = "HETGEN_WATCHDOG_S";
+/// Environment variable naming a file that records every sample a trainer consumed (tests).
+pub const AUDIT_FILE_VAR: &str = "HETGEN_AUDIT_FILE";
 
-/// One instance group of `resourceconfig.json`.
+/// `SM_CHANNEL_<NAME>`: the variable holding channel `name`'s folder, as the training toolkit
+/// names it (upper case, `-` as `_`).
+pub fn channel_var(name: &str) -> String {
+    format!("SM_CHANNEL_{}", name.to_uppercase().replace('-', "_"))
+}
+
+/// One instance group of `resourceconfig.json`. Fields in sorted order: SageMaker writes them
+/// so, and `hetgen deploy --local` writes this type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceGroup {
+    /// Host names of the group, in no particular order.
+    pub hosts: Vec<String>,
     /// The group's name, as in the spec (or `homogeneousCluster`).
     pub instance_group_name: String,
     /// `ml.*` instance type.
     pub instance_type: String,
-    /// Host names of the group, in no particular order.
-    pub hosts: Vec<String>,
 }
 
-/// `/opt/ml/input/config/resourceconfig.json`.
+/// `/opt/ml/input/config/resourceconfig.json`, field for field and in SageMaker's key order;
+/// the runtime reads it, `hetgen deploy --local` writes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceConfig {
-    /// This host's name, e.g. `algo-2`.
-    pub current_host: String,
     /// This host's group. Jobs without instance groups may omit it: then it is
     /// `homogeneousCluster`.
     #[serde(default = "homogeneous")]
     pub current_group_name: String,
+    /// This host's name, e.g. `algo-2`.
+    pub current_host: String,
     /// This host's instance type (absent on some classic jobs).
     #[serde(default)]
     pub current_instance_type: String,
@@ -109,7 +124,7 @@ pub fn host_order(host: &str) -> (u64, String) {
     (n, host.to_owned())
 }
 
-/// One channel of `inputdataconfig.json`.
+/// One channel of `inputdataconfig.json`, with SageMaker's key names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ChannelConfig {
@@ -127,6 +142,23 @@ pub struct ChannelConfig {
     pub record_wrapper_type: String,
 }
 
+impl ChannelConfig {
+    /// A channel delivered as files (File mode) of plain objects, as `hetgen deploy --local`
+    /// delivers every channel: a local channel is a folder on disk.
+    pub fn file(content_type: Option<String>, distribution: S3Distribution) -> ChannelConfig {
+        let distribution = serde_json::to_value(distribution)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .expect("S3Distribution serializes as its name");
+        ChannelConfig {
+            content_type,
+            training_input_mode: "File".to_owned(),
+            s3_distribution_type: distribution,
+            record_wrapper_type: "None".to_owned(),
+        }
+    }
+}
+
 /// Where a job's files live on this instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
@@ -137,11 +169,31 @@ pub struct Paths {
 impl Paths {
     /// `input/config/<name>`.
     pub fn config(&self, name: &str) -> PathBuf {
-        self.base.join("input/config").join(name)
+        self.config_dir().join(name)
+    }
+    /// `input/config`: `resourceconfig.json`, `hyperparameters.json`, `inputdataconfig.json`.
+    pub fn config_dir(&self) -> PathBuf {
+        self.base.join("input/config")
+    }
+    /// `input/config/resourceconfig.json`.
+    pub fn resource_config(&self) -> PathBuf {
+        self.config("resourceconfig.json")
+    }
+    /// `input/config/hyperparameters.json`.
+    pub fn hyperparameters(&self) -> PathBuf {
+        self.config("hyperparameters.json")
+    }
+    /// `input/config/inputdataconfig.json`.
+    pub fn input_data_config(&self) -> PathBuf {
+        self.config("inputdataconfig.json")
+    }
+    /// `input/data`: where the channels are mounted.
+    pub fn data_dir(&self) -> PathBuf {
+        self.base.join("input/data")
     }
     /// Where SageMaker mounts channel `name`.
     pub fn channel(&self, name: &str) -> PathBuf {
-        self.base.join("input/data").join(name)
+        self.data_dir().join(name)
     }
     /// `SM_MODEL_DIR`: saved to the job's model artefact.
     pub fn model_dir(&self) -> PathBuf {
@@ -190,11 +242,11 @@ impl Env {
         let paths = Paths {
             base: base.to_owned(),
         };
-        let resources: ResourceConfig = read_json(&paths.config("resourceconfig.json"), true)?
-            .expect("required files are present");
+        let resources: ResourceConfig =
+            read_json(&paths.resource_config(), true)?.expect("required files are present");
         if !resources.hosts.contains(&resources.current_host) {
             return Err(EnvError::Inconsistent {
-                path: paths.config("resourceconfig.json"),
+                path: paths.resource_config(),
                 message: format!(
                     "current_host `{}` is not among hosts {:?}",
                     resources.current_host, resources.hosts
@@ -203,14 +255,13 @@ impl Env {
         }
         // SageMaker always writes these two, but a hand-made local tree may not: an absent
         // file means none, a present but malformed one is an error.
-        let hyperparameters = read_hyperparameters(&paths.config("hyperparameters.json"))?;
+        let hyperparameters = read_hyperparameters(&paths.hyperparameters())?;
         let channels: BTreeMap<String, ChannelConfig> =
-            read_json(&paths.config("inputdataconfig.json"), false)?.unwrap_or_default();
+            read_json(&paths.input_data_config(), false)?.unwrap_or_default();
         let channel_dirs = channels
             .keys()
             .map(|name| {
-                let var_name = format!("SM_CHANNEL_{}", name.to_uppercase().replace('-', "_"));
-                let dir = var(&var_name)
+                let dir = var(&channel_var(name))
                     .map(PathBuf::from)
                     .unwrap_or_else(|| paths.channel(name));
                 (name.clone(), dir)
@@ -256,7 +307,7 @@ fn read_hyperparameters(path: &Path) -> Result<BTreeMap<String, String>, EnvErro
 }
 
 /// Read and parse a JSON file; `Ok(None)` when it is absent and not `required`.
-fn read_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     path: &Path,
     required: bool,
 ) -> Result<Option<T>, EnvError> {

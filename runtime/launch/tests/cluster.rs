@@ -269,10 +269,8 @@ fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() 
     copy_dir(&checkpoints, &target);
     let resumed = run_completed(&resumed);
     let summary = resumed.summary.clone().unwrap();
-    let from = summary["resumed_from_step"]
-        .as_u64()
-        .expect("the trainer resumed");
-    assert!((10..90).contains(&from), "{summary}");
+    let from = summary.resumed_from_step.expect("the trainer resumed");
+    assert!((10..90).contains(&from), "{summary:?}");
 
     let weights = |r: &hetgen_local::JobRecord| {
         std::fs::read(

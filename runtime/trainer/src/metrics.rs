@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::STEP_LINE_PREFIX;
+use hetgen_spec::step::StepLine;
 
 /// What one step did.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,19 +35,17 @@ impl StepRecord {
 }
 
 /// The metric line of a step:
-/// `hetgen-step step=N loss=X.XXXX step_ms=X.XX wait_ms=X.XX samples_per_s=X.X`.
-///
-/// The spec's built-in metric definitions (`hetgen_spec::model::builtin_metrics`) match
-/// `hetgen-step.* key=([0-9.eE+-]+)`: the line must keep these keys and plain decimal numbers.
+/// `hetgen-step step=N loss=X.XXXX step_ms=X.XX wait_ms=X.XX samples_per_s=X.X`
+/// ([`hetgen_spec::step`], which SageMaker's built-in metric definitions match).
 pub fn step_line(record: &StepRecord) -> String {
-    format!(
-        "{STEP_LINE_PREFIX} step={} loss={:.4} step_ms={:.2} wait_ms={:.2} samples_per_s={:.1}",
-        record.step,
-        record.loss,
-        record.step_ms,
-        record.wait_ms,
-        record.samples_per_s()
-    )
+    StepLine {
+        step: record.step,
+        loss: record.loss,
+        step_ms: record.step_ms,
+        wait_ms: record.wait_ms,
+        samples_per_s: record.samples_per_s(),
+    }
+    .to_string()
 }
 
 /// Prints `line` on stdout and flushes, so log scrapers see it at once.

@@ -14,7 +14,7 @@ use crate::models::{MODEL_FILE, ModelInfo, model_name};
 use crate::optim::Optimizer;
 use crate::replicas::{LossScale, Replicas};
 use crate::schedule::LrSchedule;
-use crate::{Options, Paths, SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary, TrainError};
+use crate::{Options, Paths, SUMMARY_FILE, Summary, TrainError};
 
 /// Trains `job`'s model on the batches `open` streams, resuming from the checkpoint in
 /// `paths.checkpoint_dir` when there is one.
@@ -263,6 +263,6 @@ fn write_summary(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
     })?;
     std::fs::create_dir_all(dir).map_err(TrainError::io("create", dir))?;
     std::fs::write(&path, format!("{json}\n")).map_err(TrainError::io("write", &path))?;
-    emit(&format!("{SUMMARY_LINE_PREFIX} {json}"));
+    emit(&summary.line());
     Ok(())
 }

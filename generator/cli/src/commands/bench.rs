@@ -10,13 +10,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use hetgen_env::JobFile;
 use hetgen_local::supervise::Status;
 use hetgen_local::{CpuPolicy, Limits, Observer, RunOptions, StopRequests};
 use hetgen_spec::Job;
 use hetgen_spec::model::{Length, Role};
 use serde::Serialize;
 
-use super::render::{ensure_fresh, render_spec};
+use super::{build_launcher, ensure_fresh, render_spec};
 use crate::cli::{BenchArgs, Format};
 use crate::exit::Failure;
 
@@ -94,7 +95,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
     let (trainer_cores, data_cores) = (cores[..k].to_vec(), cores[k..].to_vec());
     let launcher = match &args.launcher {
         Some(path) => hetgen_local::launcher::check_executable(path)?,
-        None => super::local::build_launcher(&job_root, args.release)?,
+        None => build_launcher(&job_root, args.release)?,
     };
     let results = args
         .results
@@ -112,17 +113,13 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
             )
         })?;
         let job_file = dir.join("job.json");
-        let file = serde_json::json!({
-            "generated_by": format!("hetgen {} bench", env!("CARGO_PKG_VERSION")),
-            "spec": args.spec.display().to_string(),
-            "spec_sha256": "",
-            "job": job,
-        });
-        std::fs::write(
-            &job_file,
-            serde_json::to_string_pretty(&file).expect("JSON serializes"),
-        )
-        .map_err(|e| {
+        let file = JobFile {
+            generated_by: format!("hetgen {} bench", env!("CARGO_PKG_VERSION")),
+            spec: args.spec.display().to_string(),
+            spec_sha256: String::new(),
+            job: job.clone(),
+        };
+        std::fs::write(&job_file, file.to_json()).map_err(|e| {
             bad(
                 &format!("cannot write {}: {e}", job_file.display()),
                 "choose a writable `--results` folder",
@@ -167,19 +164,13 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
                 dir: record.job_dir.clone(),
             });
         }
-        let field = |key: &str| {
-            record
-                .summary
-                .as_ref()
-                .and_then(|s| s.get(key))
-                .and_then(serde_json::Value::as_f64)
-        };
-        let mean_step_ms = field("mean_step_ms").ok_or_else(|| {
+        let summary = record.summary.as_ref().ok_or_else(|| {
             bad(
                 "the trainer wrote no summary",
                 "see the trainer's log in the run folder",
             )
         })?;
+        let mean_step_ms = summary.mean_step_ms;
         let price = hetgen_plan::cluster_price(job, None)?;
         Ok(Config {
             configuration: name.to_owned(),
@@ -187,8 +178,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
             price_per_hour: price,
             mean_step_ms,
             cost_per_step: hetgen_plan::cost_per_step(price, mean_step_ms),
-            stall_fraction: field("stall_fraction").unwrap_or(0.0),
-            samples_per_s: field("samples_per_s").unwrap_or(0.0),
+            stall_fraction: summary.stall_fraction,
+            samples_per_s: summary.samples_per_s,
             steps,
             trainer_cores: trainer_cores.clone(),
             data_cores: if job.groups.len() > 1 {

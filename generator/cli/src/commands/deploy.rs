@@ -1,18 +1,17 @@
 //! `hetgen deploy [SPEC]`: send what `hetgen render` wrote to SageMaker.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use hetgen_deploy::request::Request;
-use hetgen_deploy::{jobs, unique_name};
+use hetgen_deploy::{Transition, jobs, unique_name};
+use hetgen_env::TOKEN_VAR;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::jobs::{Progress, print_transition};
-use super::render::{ensure_fresh, render_spec};
+use super::{ensure_fresh, render_spec};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
-
-/// The variable that carries the job token to every instance (as in the runtime's hetgen-env).
-const TOKEN_VAR: &str = "HETGEN_JOB_TOKEN";
 
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     if args.local.local {
@@ -78,4 +77,49 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             })
         }
     })
+}
+
+/// A spinner on stderr while waiting, when stderr is a terminal.
+pub struct Progress(ProgressBar);
+
+impl Progress {
+    pub fn new(name: &str) -> Self {
+        let bar = if std::io::stderr().is_terminal() {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+                .expect("the template is valid"),
+        );
+        bar.set_message(format!("waiting for `{name}`"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        Progress(bar)
+    }
+
+    pub fn suspend(&self, f: impl FnOnce()) {
+        self.0.suspend(f);
+    }
+
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// `  +0:05:12  InProgress · Training`
+pub fn print_transition(t: &Transition) {
+    let s = t.after.as_secs();
+    let secondary = t
+        .secondary_status
+        .as_deref()
+        .map(|s| format!(" · {s}"))
+        .unwrap_or_default();
+    eprintln!(
+        "  +{}:{:02}:{:02}  {}{secondary}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        t.status
+    );
 }

@@ -1,11 +1,8 @@
 //! `hetgen status JOB`, `hetgen stop JOB`, `hetgen list`.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use hetgen_deploy::{Transition, jobs};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use hetgen_deploy::jobs;
 
 use crate::cli::{Format, ListArgs, StatusArgs, StopArgs};
 use crate::exit::Failure;
@@ -83,49 +80,4 @@ pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A spinner on stderr while waiting, when stderr is a terminal.
-pub struct Progress(ProgressBar);
-
-impl Progress {
-    pub fn new(name: &str) -> Self {
-        let bar = if std::io::stderr().is_terminal() {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-                .expect("the template is valid"),
-        );
-        bar.set_message(format!("waiting for `{name}`"));
-        bar.enable_steady_tick(Duration::from_millis(120));
-        Progress(bar)
-    }
-
-    pub fn suspend(&self, f: impl FnOnce()) {
-        self.0.suspend(f);
-    }
-
-    pub fn finish(&self) {
-        self.0.finish_and_clear();
-    }
-}
-
-/// `  +0:05:12  InProgress · Training`
-pub fn print_transition(t: &Transition) {
-    let s = t.after.as_secs();
-    let secondary = t
-        .secondary_status
-        .as_deref()
-        .map(|s| format!(" · {s}"))
-        .unwrap_or_default();
-    eprintln!(
-        "  +{}:{:02}:{:02}  {}{secondary}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        t.status
-    );
 }

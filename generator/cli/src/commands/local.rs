@@ -5,18 +5,16 @@
 //! and the job ends Completed, Failed or Stopped with a job record in its folder.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use hetgen_local::supervise::Status;
 use hetgen_local::{
-    CpuPolicy, Exit, Host, JobRecord, LauncherBuild, Limits, Observer, RunOptions, Step,
-    StopRequests, Stream,
+    CpuPolicy, Exit, Host, JobRecord, Limits, Observer, RunOptions, Step, StopRequests, Stream,
 };
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
-use super::render::{ensure_fresh, render_spec};
+use super::{build_launcher, ensure_fresh, render_spec, spinner};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
 
@@ -97,39 +95,6 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             dir: record.job_dir.clone(),
         }),
     }
-}
-
-/// Build the rendered launcher crate, showing cargo's progress on one line.
-pub(super) fn build_launcher(job_root: &Path, release: bool) -> Result<PathBuf, Failure> {
-    let build = LauncherBuild::new(job_root.join("launcher"), release);
-    let bar = spinner();
-    bar.set_prefix("building the launcher");
-    let mut last = Vec::new();
-    let result = build.build(&job_root.join("local/bin/launcher"), &mut |line| {
-        bar.set_message(line.trim().to_owned());
-        last.push(line.to_owned());
-        if last.len() > 40 {
-            last.remove(0);
-        }
-    });
-    bar.finish_and_clear();
-    if result.is_err() {
-        // Cargo's own words say what went wrong; show its last lines before our summary.
-        for line in &last {
-            eprintln!("{line}");
-        }
-    }
-    Ok(result?)
-}
-
-fn spinner() -> ProgressBar {
-    let bar = ProgressBar::new_spinner();
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {prefix}: {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
 }
 
 /// Prefixed host output above a live progress line.
@@ -226,15 +191,14 @@ fn print_record(record: &JobRecord) {
         );
     }
     if let Some(summary) = &record.summary {
-        let field = |key: &str| summary.get(key).and_then(serde_json::Value::as_f64);
         let _ = writeln!(
             err,
             "  trainer: {} steps, mean step {:.1} ms, {:.0} samples/s, stall {:.1} %, final loss {:.4}",
-            field("steps").unwrap_or(0.0),
-            field("mean_step_ms").unwrap_or(f64::NAN),
-            field("samples_per_s").unwrap_or(f64::NAN),
-            field("stall_fraction").unwrap_or(f64::NAN) * 100.0,
-            field("final_loss").unwrap_or(f64::NAN),
+            summary.steps,
+            summary.mean_step_ms,
+            summary.samples_per_s,
+            summary.stall_fraction * 100.0,
+            summary.final_loss,
         );
     }
     if let Some(model) = &record.model_dir {

@@ -1,4 +1,5 @@
-//! One module per subcommand.
+//! One module per subcommand, and the steps several of them share (here, so that no command
+//! module reaches into another).
 
 pub mod bench;
 pub mod completions;
@@ -12,7 +13,14 @@ pub mod render;
 pub mod schema;
 pub mod validate;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hetgen_local::LauncherBuild;
+use hetgen_pipeline::profile::Measurement;
+use hetgen_render::SpecOrigin;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
 
 use hetgen_spec::{Checked, Job, Report};
 
@@ -58,4 +66,115 @@ pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
         .build()
         .expect("a single-threaded tokio runtime starts")
         .block_on(future)
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("hetgen.toml")
+}
+
+/// Fails, after printing what differs, when the files under `out` are not what `rendered` is.
+pub fn ensure_fresh(rendered: &hetgen_render::Rendered, out: &Path) -> Result<(), Failure> {
+    let stale = hetgen_render::check(rendered, out);
+    for s in &stale {
+        match &s.diff {
+            Some(diff) => eprint!("{diff}"),
+            None => eprintln!("missing: {}", s.path.display()),
+        }
+    }
+    if stale.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Stale {
+            dir: out.join(&rendered.dir),
+            count: stale.len(),
+        })
+    }
+}
+
+/// Renders the spec at `spec` in memory, for comparison with what is on disk.
+pub fn render_spec(spec: &Path) -> Result<(hetgen_spec::Job, hetgen_render::Rendered), Failure> {
+    let (job, report) = load(spec)?;
+    let origin = SpecOrigin {
+        file_name: file_name(spec),
+        text: report.source.text(),
+    };
+    let rendered = hetgen_render::render(&job, origin)?;
+    Ok((job, rendered))
+}
+
+/// Build the rendered launcher crate, showing cargo's progress on one line.
+pub fn build_launcher(job_root: &Path, release: bool) -> Result<PathBuf, Failure> {
+    let build = LauncherBuild::new(job_root.join("launcher"), release);
+    let bar = spinner();
+    bar.set_prefix("building the launcher");
+    let mut last = Vec::new();
+    let result = build.build(&job_root.join("local/bin/launcher"), &mut |line| {
+        bar.set_message(line.trim().to_owned());
+        last.push(line.to_owned());
+        if last.len() > 40 {
+            last.remove(0);
+        }
+    });
+    bar.finish_and_clear();
+    if result.is_err() {
+        // Cargo's own words say what went wrong; show its last lines before our summary.
+        for line in &last {
+            eprintln!("{line}");
+        }
+    }
+    Ok(result?)
+}
+
+/// A one-line spinner on stderr (`{prefix}: {message}`).
+pub fn spinner() -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix}: {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// The profile file.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Profile {
+    /// The spec measured.
+    pub spec: String,
+    /// The job's name.
+    pub job: String,
+    /// `[height, width, channels]` of the pipeline's output.
+    pub output_shape: [u32; 3],
+    /// What ran and how fast.
+    #[serde(flatten)]
+    pub measurement: Measurement,
+    /// `--gpu-samples-per-s`, if given.
+    pub gpu_samples_per_s: Option<f64>,
+    /// vCPUs of this machine's kind needed to keep one GPU busy.
+    pub vcpus_per_gpu: Option<f64>,
+}
+
+/// `vcpus_per_gpu` of a profile file, for `hetgen plan --profile`.
+pub fn vcpus_per_gpu(path: &Path) -> Result<f64, Failure> {
+    let bad = |why: String, hint: &str| Failure::Profile {
+        path: path.to_owned(),
+        why,
+        hint: hint.to_owned(),
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(e.to_string(), "write one with `hetgen profile`"))?;
+    let profile: Profile = serde_json::from_str(&text).map_err(|e| {
+        bad(
+            format!("line {}, column {}: {e}", e.line(), e.column()),
+            "write it again with `hetgen profile`",
+        )
+    })?;
+    profile.vcpus_per_gpu.ok_or_else(|| {
+        bad(
+            "it has no `vcpus_per_gpu`".to_owned(),
+            "run `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
+        )
+    })
 }

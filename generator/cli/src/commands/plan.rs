@@ -11,7 +11,7 @@ use crate::exit::Failure;
 pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let (job, _) = super::load(&args.spec)?;
     let cpu_per_gpu = match &args.profile {
-        Some(path) => Some(super::profile::vcpus_per_gpu(path)?),
+        Some(path) => Some(super::vcpus_per_gpu(path)?),
         None => args.cpu_per_gpu,
     };
     let plan = hetgen_plan::plan(

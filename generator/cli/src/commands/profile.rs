@@ -6,31 +6,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use hetgen_pipeline::profile::Measurement;
 use hetgen_pipeline::{Engine, StageRegistry};
 use hetgen_spec::Job;
-use serde::{Deserialize, Serialize};
+
+use super::Profile;
 
 use crate::cli::{Format, ProfileArgs};
 use crate::exit::Failure;
-
-/// The profile file.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Profile {
-    /// The spec measured.
-    pub spec: String,
-    /// The job's name.
-    pub job: String,
-    /// `[height, width, channels]` of the pipeline's output.
-    pub output_shape: [u32; 3],
-    /// What ran and how fast.
-    #[serde(flatten)]
-    pub measurement: Measurement,
-    /// `--gpu-samples-per-s`, if given.
-    pub gpu_samples_per_s: Option<f64>,
-    /// vCPUs of this machine's kind needed to keep one GPU busy.
-    pub vcpus_per_gpu: Option<f64>,
-}
 
 pub fn run(args: &ProfileArgs) -> Result<ExitCode, Failure> {
     let (job, _) = super::load(&args.spec)?;
@@ -139,27 +121,4 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), Failure> {
             why: format!("cannot write it: {e}"),
             hint: "choose a writable place with `--out`".to_owned(),
         })
-}
-
-/// `vcpus_per_gpu` of a profile file, for `hetgen plan --profile`.
-pub fn vcpus_per_gpu(path: &Path) -> Result<f64, Failure> {
-    let bad = |why: String, hint: &str| Failure::Profile {
-        path: path.to_owned(),
-        why,
-        hint: hint.to_owned(),
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(e.to_string(), "write one with `hetgen profile`"))?;
-    let profile: Profile = serde_json::from_str(&text).map_err(|e| {
-        bad(
-            format!("line {}, column {}: {e}", e.line(), e.column()),
-            "write it again with `hetgen profile`",
-        )
-    })?;
-    profile.vcpus_per_gpu.ok_or_else(|| {
-        bad(
-            "it has no `vcpus_per_gpu`".to_owned(),
-            "run `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
-        )
-    })
 }

@@ -137,7 +137,7 @@ echo "hello from $SM_CURRENT_HOST"
 echo "to stderr from $SM_CURRENT_HOST" >&2
 if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
   echo "hetgen-step step=5 loss=0.5 step_ms=10.0 wait_ms=2.5 samples_per_s=100.0"
-  echo '{"steps": 5}' > "$SAGEMAKER_BASE_DIR/output/data/summary.json"
+  echo '{"steps": 5, "epochs_started": 1, "samples": 40, "mean_step_ms": 10.0, "mean_wait_ms": 2.5, "stall_fraction": 0.25, "samples_per_s": 100.0, "final_loss": 0.5, "device": "cpu", "model": "mlp", "replicas": 1, "resumed_from_step": null}' > "$SAGEMAKER_BASE_DIR/output/data/summary.json"
   echo weights > "$SAGEMAKER_BASE_DIR/model/model.bin"
 fi
 printf 'no newline at the end'
@@ -235,7 +235,8 @@ printf 'no newline at the end'
     assert_eq!(host, &trainer.host.name);
     assert_eq!(step.step, 5);
     assert_eq!(step.wait_ms, 2.5);
-    assert_eq!(record.summary, Some(serde_json::json!({"steps": 5})));
+    let summary = record.summary.as_ref().expect("the trainer's summary");
+    assert_eq!((summary.steps, summary.final_loss), (5, 0.5));
     assert_eq!(
         record.model_dir.as_deref(),
         Some(trainer.base_dir.join("model").as_path())
