@@ -26,12 +26,27 @@ pub fn render(diagnostic: &dyn Diagnostic) -> String {
     out
 }
 
-/// Every problem of a report, then a one-line summary.
+/// The most problems printed for people; `--format json` lists them all.
+const MAX_PRINTED: usize = 50;
+
+/// The first [`MAX_PRINTED`] problems of a report, how many more there are, then a one-line
+/// summary.
 pub fn render_report(report: &hetgen_spec::Report) -> String {
     let mut out = String::new();
-    for problem in &report.problems {
+    for problem in report.problems.iter().take(MAX_PRINTED) {
         out.push_str(&render(problem));
         out.push('\n');
+    }
+    if let Some(more) = report
+        .problems
+        .len()
+        .checked_sub(MAX_PRINTED)
+        .filter(|&n| n > 0)
+    {
+        out.push_str(&format!(
+            "… and {more} more problem{} (`hetgen validate --format json` lists them all)\n",
+            if more == 1 { "" } else { "s" }
+        ));
     }
     out.push_str(&summary(report));
     out.push('\n');

@@ -1,14 +1,15 @@
 //! Parse, validate and resolve a spec: text in, a [`Job`] and a [`Report`] out.
 
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
 use crate::diagnostic::{Problem, Report, Severity, SpecSource};
 use crate::model::Job;
-use crate::raw::RawSpec;
+use crate::raw::{RawChannel, RawInstanceGroup, RawMetric, RawSpec, RawStage};
 use crate::rules;
-use crate::spans::{KeyPath, SpanIndex};
+use crate::spans::{KeyPath, Seg, SpanIndex};
 use crate::suggest::did_you_mean;
 
 /// Deepest nesting of arrays and inline tables hetgen reads. The TOML parser recurses per
@@ -39,6 +40,51 @@ pub fn check(name: &str, text: &str) -> Checked {
     Checked {
         job: job.filter(|_| !report.has_errors()),
         report,
+    }
+}
+
+/// Like [`check`], from the file's bytes: a spec that is not UTF-8 text (UTF-16 included) is an
+/// invalid spec, reported at the line and column of the first byte that is not.
+pub fn check_bytes(name: &str, bytes: &[u8]) -> Checked {
+    let utf16 = bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]);
+    let (text, at) = match std::str::from_utf8(bytes) {
+        // UTF-16 of ASCII without a byte-order mark is valid UTF-8, with a NUL in every pair.
+        Ok(text) => match text.find('\0') {
+            None => return check(name, text),
+            Some(at) => (text.into(), at),
+        },
+        Err(e) => (String::from_utf8_lossy(bytes), e.valid_up_to()),
+    };
+    // The text up to the bad byte is the file's own, so its line and column are too; the bad
+    // byte itself shows as U+FFFD (or as the NUL).
+    let source = SpecSource::new(name, &*text);
+    let width = text[at..].chars().next().map_or(0, char::len_utf8);
+    let label = if bytes.get(at) == Some(&0) {
+        "a NUL byte"
+    } else {
+        "the first byte that is not UTF-8"
+    };
+    let looks_utf16 = utf16 || bytes.contains(&0);
+    let message = if looks_utf16 {
+        "the spec is UTF-16 text, not UTF-8".to_owned()
+    } else {
+        format!("the spec is not UTF-8 text (byte 0x{:02x})", bytes[at])
+    };
+    let problem = Problem::new(
+        &source,
+        "hetgen::spec::encoding",
+        Severity::Error,
+        message,
+        Some(at..at + width),
+        label.to_owned(),
+        Some("save the file as UTF-8 (editors offer the encoding when saving)".to_owned()),
+    );
+    Checked {
+        job: None,
+        report: Report {
+            source,
+            problems: vec![problem],
+        },
     }
 }
 
@@ -165,6 +211,11 @@ fn schema_error(ctx: &mut Ctx<'_>, err: &toml::de::Error) {
         .replace("expected f64", "expected a number")
         .replace("expected u64", "expected an integer");
     let mut span = err.span();
+    if let Some(whole) = &span
+        && let Some(element) = failing_element(ctx, whole)
+    {
+        span = Some(element);
+    }
     let (code, label, help) = if let Some(caps) = UNKNOWN.captures(&message) {
         let (kind, given) = (&caps[1], caps[2].to_owned());
         let expected: Vec<String> = TICKED
@@ -207,6 +258,43 @@ fn schema_error(ctx: &mut Ctx<'_>, err: &toml::de::Error) {
         )
     };
     ctx.push(Severity::Error, code, span, message, label, help);
+}
+
+/// An array of tables of the spec, and whether one of its elements deserializes on its own.
+type ArrayOfTables = (&'static [&'static str], fn(toml::Value) -> bool);
+
+/// Every array of tables in [`RawSpec`].
+const ARRAYS_OF_TABLES: [ArrayOfTables; 4] = [
+    (&["instance_group"], |v| {
+        v.try_into::<RawInstanceGroup>().is_ok()
+    }),
+    (&["channel"], |v| v.try_into::<RawChannel>().is_ok()),
+    (&["pipeline", "stage"], |v| v.try_into::<RawStage>().is_ok()),
+    (&["sagemaker", "metric"], |v| {
+        v.try_into::<RawMetric>().is_ok()
+    }),
+];
+
+/// When `span` is a whole array of tables, the span of its first element that fails alone.
+///
+/// serde reports some errors inside an element (a missing key in an internally tagged
+/// `[[pipeline.stage]]`) with no span of their own, and the TOML deserializer then gives them
+/// the array's span: the first `[[pipeline.stage]]` of the file, whichever stage lacks the key.
+fn failing_element(ctx: &Ctx<'_>, span: &Range<usize>) -> Option<Range<usize>> {
+    let (keys, fits) = ARRAYS_OF_TABLES
+        .iter()
+        .find(|(keys, _)| ctx.spans.exact(&key_path(keys)).as_ref() == Some(span))?;
+    let doc: toml::Table = toml::from_str(ctx.source.text()).ok()?;
+    let mut value = doc.get(keys[0])?;
+    for key in &keys[1..] {
+        value = value.get(key)?;
+    }
+    let index = value.as_array()?.iter().position(|v| !fits(v.clone()))?;
+    ctx.spans.exact(&key_path(keys).at(index))
+}
+
+fn key_path(keys: &[&str]) -> KeyPath {
+    KeyPath(keys.iter().map(|&k| Seg::from(k)).collect())
 }
 
 /// The offset of the first bracket that nests deeper than [`MAX_NESTING`], outside strings

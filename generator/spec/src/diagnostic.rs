@@ -9,7 +9,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use miette::{Diagnostic, LabeledSpan, SourceCode};
+use miette::{Diagnostic, LabeledSpan, SourceCode, SourceSpan};
 use serde::Serialize;
 
 /// How bad a problem is.
@@ -22,20 +22,41 @@ pub enum Severity {
     Warning,
 }
 
+/// The longest message, label or help a problem keeps, in characters: a 10 MB job name quoted
+/// in a message must not become 10 MB of terminal output.
+const MAX_TEXT: usize = 240;
+/// The most bytes of one line shown around a problem; longer lines are cut to a window.
+const MAX_SNIPPET: usize = 400;
+/// The longest span a label underlines, in bytes.
+const MAX_LABEL: usize = 80;
+
 /// The spec file a problem is in: its name as the user gave it, and its text.
 #[derive(Debug, Clone)]
 pub struct SpecSource {
     name: Arc<str>,
     text: Arc<str>,
+    /// The byte offset of every line's start, so that finding a line is a binary search and
+    /// reporting `n` problems costs `n log(lines)`, not `n × file size`.
+    line_starts: Arc<[usize]>,
 }
 
 impl SpecSource {
     /// A source named `name` (usually the path the user gave) holding `text`.
     pub fn new(name: impl Into<Arc<str>>, text: impl Into<Arc<str>>) -> Self {
+        let text: Arc<str> = text.into();
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
         SpecSource {
             name: name.into(),
-            text: text.into(),
+            text,
+            line_starts,
         }
+    }
+
+    /// The 0-based line holding byte `offset`.
+    fn line_of(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&s| s <= offset) - 1
     }
 
     /// The file's name as the user gave it.
@@ -51,11 +72,9 @@ impl SpecSource {
     /// 1-based line and column (in characters) of byte `offset`.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = floor_char_boundary(&self.text, offset.min(self.text.len()));
-        let before = &self.text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
-        (line, column)
+        let line = self.line_of(offset);
+        let column = self.text[self.line_starts[line]..offset].chars().count() + 1;
+        (line + 1, column)
     }
 }
 
@@ -64,6 +83,21 @@ fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
         offset -= 1;
     }
     offset
+}
+
+fn ceil_char_boundary(text: &str, mut offset: usize) -> usize {
+    while !text.is_char_boundary(offset) {
+        offset += 1;
+    }
+    offset
+}
+
+/// `text` cut to at most [`MAX_TEXT`] characters, with an ellipsis where it was cut.
+fn capped(text: String) -> String {
+    match text.char_indices().nth(MAX_TEXT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
 }
 
 /// One problem in a spec.
@@ -97,10 +131,10 @@ impl Problem {
         Problem {
             code,
             severity,
-            message,
+            message: capped(message),
             span,
-            label,
-            help,
+            label: capped(label),
+            help: help.map(capped),
             source: source.clone(),
         }
     }
@@ -163,7 +197,16 @@ impl Diagnostic for Problem {
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         let span = self.span.clone()?;
-        let label = LabeledSpan::new_with_span(Some(self.label.clone()), span);
+        // Underline the start of a long value, not all of it.
+        let text = self.source.text();
+        let start = floor_char_boundary(text, span.start.min(text.len()));
+        let end = span.end.clamp(start, text.len());
+        let end = if end - start > MAX_LABEL {
+            ceil_char_boundary(text, start + MAX_LABEL)
+        } else {
+            end
+        };
+        let label = LabeledSpan::new_with_span(Some(self.label.clone()), start..end);
         Some(Box::new(std::iter::once(label)))
     }
 }
@@ -175,14 +218,46 @@ impl SourceCode for SpecSource {
         context_lines_before: usize,
         context_lines_after: usize,
     ) -> Result<Box<dyn miette::SpanContents<'a> + 'a>, miette::MietteError> {
+        // miette's own lookup scans the text from its start for every span; look the lines up
+        // in the index instead and hand miette only the window of lines it shows.
         let text: &'a str = &self.text;
-        let contents = text.read_span(span, context_lines_before, context_lines_after)?;
+        let (start, end) = (span.offset(), span.offset() + span.len());
+        if end > text.len() {
+            return Err(miette::MietteError::OutOfBounds);
+        }
+        let first = self.line_of(start).saturating_sub(context_lines_before);
+        let last = (self.line_of(end.saturating_sub(1).max(start)) + context_lines_after)
+            .min(self.line_starts.len() - 1);
+        // Through the last line's break, as miette's own lookup reads it.
+        let through = self
+            .line_starts
+            .get(last + 1)
+            .copied()
+            .unwrap_or(text.len());
+        let mut window = self.line_starts[first]..through;
+        // A very long line is shown as a window around the span.
+        if window.len() > MAX_SNIPPET {
+            let from = start.saturating_sub(MAX_SNIPPET / 4).max(window.start);
+            let to = (start + MAX_SNIPPET)
+                .min(window.end)
+                .max(end.min(window.end));
+            window = floor_char_boundary(text, from)..ceil_char_boundary(text, to);
+        }
+        let inner = SourceSpan::new((start - window.start).into(), span.len());
+        let part = &text[window.clone()];
+        let contents = part.read_span(&inner, context_lines_before, context_lines_after)?;
+        let (_, column) = self.line_col(start);
+        let shift = contents.span().offset() + window.start;
         Ok(Box::new(miette::MietteSpanContents::new_named(
             self.name().to_owned(),
             contents.data(),
-            *contents.span(),
-            contents.line(),
-            contents.column(),
+            SourceSpan::new(shift.into(), contents.span().len()),
+            contents.line() + self.line_of(window.start),
+            if contents.column() == 0 {
+                0
+            } else {
+                column - 1
+            },
             contents.line_count(),
         )))
     }

@@ -92,6 +92,13 @@ impl<'i> SpanIndex<'i> {
         self.find(path).map(|(_, value)| value)
     }
 
+    /// The span of the value at `path` when every step of the path exists.
+    pub fn exact(&self, path: &KeyPath) -> Option<Range<usize>> {
+        self.walk(path)
+            .filter(|(steps, _, _)| *steps == path.0.len())
+            .map(|(_, _, value)| value)
+    }
+
     /// The span of the key at `path` when it is a table key, else of the value.
     pub fn key(&self, path: &KeyPath) -> Option<Range<usize>> {
         self.find(path).map(|(key, value)| key.unwrap_or(value))
@@ -116,20 +123,27 @@ impl<'i> SpanIndex<'i> {
     }
 
     fn find(&self, path: &KeyPath) -> Option<(Option<Range<usize>>, Range<usize>)> {
+        self.walk(path).map(|(_, key, value)| (key, value))
+    }
+
+    /// How many steps of `path` exist, and the spans of the key and value the last one reached.
+    /// Each step is one lookup, so a lookup costs the path's length, not the document's size.
+    fn walk(&self, path: &KeyPath) -> Option<(usize, Option<Range<usize>>, Range<usize>)> {
         let root = self.root.as_ref()?;
+        let mut steps = 0;
         let mut best = (None, root.span());
         let mut table: Option<&DeTable<'i>> = Some(root.get_ref());
         let mut array: Option<&DeArray<'i>> = None;
         for seg in &path.0 {
             let next = match seg {
                 Seg::Key(name) => table.and_then(|t| {
-                    t.iter()
-                        .find(|(k, _)| k.get_ref() == name.as_str())
+                    t.get_key_value(name.as_str())
                         .map(|(k, v)| (Some(k.span()), v))
                 }),
                 Seg::Index(n) => array.and_then(|a| a.get(*n)).map(|v| (None, v)),
             };
             let Some((key_span, value)) = next else { break };
+            steps += 1;
             best = (key_span, value.span());
             table = None;
             array = None;
@@ -139,7 +153,7 @@ impl<'i> SpanIndex<'i> {
                 _ => {}
             }
         }
-        Some(best)
+        Some((steps, best.0, best.1))
     }
 }
 

@@ -230,3 +230,180 @@ fn absurd_nesting_is_refused_before_any_parser_sees_it() {
     let codes: Vec<&str> = report.problems.iter().map(|p| p.code).collect();
     assert_eq!(codes, ["hetgen::spec::too-deep"]);
 }
+
+/// A spec with `n` elements of one array of tables, element `k` lacking a key it needs; also
+/// the 1-based line of every element's header.
+fn array_spec(array: &str, n: usize, k: usize) -> (String, Vec<usize>) {
+    let element = |i: usize| -> String {
+        let broken = i == k;
+        match array {
+            "instance_group" => format!(
+                "[[instance_group]]\nname = \"g{i}\"\n{}role = \"{}\"\n",
+                if broken {
+                    ""
+                } else {
+                    "instance_type = \"ml.c5.xlarge\"\n"
+                },
+                if i + 1 == n { "trainer" } else { "data" }
+            ),
+            "channel" => format!(
+                "[[channel]]\nname = \"c{i}\"\n{}",
+                if broken { "" } else { "uri = \"s3://b/c/\"\n" }
+            ),
+            "pipeline.stage" if broken => {
+                "[[pipeline.stage]]\nop = \"normalize\"\nstd = [0.5, 0.5, 0.5]\n".into()
+            }
+            "pipeline.stage" => "[[pipeline.stage]]\nop = \"horizontal_flip\"\np = 0.5\n".into(),
+            "sagemaker.metric" => format!(
+                "[[sagemaker.metric]]\nname = \"m{i}\"\n{}",
+                if broken {
+                    ""
+                } else {
+                    "regex = \"loss=(\\\\S+)\"\n"
+                }
+            ),
+            other => panic!("{other}"),
+        }
+    };
+    let mut text = String::from("version = 1\n[job]\nname = \"arrays\"\n");
+    let groups =
+        "[[instance_group]]\nname = \"t\"\ninstance_type = \"ml.m5.xlarge\"\nrole = \"trainer\"\n";
+    let pipeline =
+        "[pipeline]\nsource = { format = \"synthetic\", shape = [8, 8, 3] }\nbatch_size = 4\n";
+    let trainer = "[trainer]\nmodel = \"mlp\"\nsteps = 1\n";
+    let sagemaker = "[sagemaker]\nregion = \"us-east-1\"\nrole_arn = \"arn:aws:iam::123456789012:role/R\"\nimage_uri = \"123456789012.dkr.ecr.us-east-1.amazonaws.com/h:1\"\noutput_path = \"s3://b/o/\"\n";
+    let mut headers = Vec::new();
+    let mut elements = |text: &mut String| {
+        for i in 0..n {
+            headers.push(text.lines().count() + 1);
+            text.push_str(&element(i));
+        }
+    };
+    match array {
+        "instance_group" => {
+            elements(&mut text);
+            text += pipeline;
+            text += trainer;
+        }
+        "channel" => {
+            text += groups;
+            elements(&mut text);
+            text += pipeline;
+            text += trainer;
+        }
+        "pipeline.stage" => {
+            text += groups;
+            text += pipeline;
+            elements(&mut text);
+            text += trainer;
+        }
+        _ => {
+            text += groups;
+            text += pipeline;
+            text += trainer;
+            text += sagemaker;
+            elements(&mut text);
+        }
+    }
+    (text, headers)
+}
+
+#[test]
+fn a_missing_key_is_reported_at_the_table_that_lacks_it_in_every_array_of_tables() {
+    for array in [
+        "instance_group",
+        "channel",
+        "pipeline.stage",
+        "sagemaker.metric",
+    ] {
+        let n = 4;
+        for k in 0..n {
+            let (text, headers) = array_spec(array, n, k);
+            let checked = check("arrays.toml", &text);
+            let problems = &checked.report.problems;
+            assert_eq!(problems.len(), 1, "{array}[{k}]: {problems:#?}\n{text}");
+            let problem = &problems[0];
+            assert_eq!(problem.code, "hetgen::spec::missing-key", "{array}[{k}]");
+            let (line, _) = problem.line_col().unwrap();
+            let end = headers.get(k + 1).copied().unwrap_or(usize::MAX);
+            assert!(
+                (headers[k]..end).contains(&line),
+                "{array}[{k}] lacks the key, but line {line} was named (its table starts on \
+                 line {}):\n{text}",
+                headers[k]
+            );
+        }
+    }
+}
+
+#[test]
+fn text_that_is_not_utf8_is_an_invalid_spec_at_its_first_bad_byte() {
+    let latin1 = b"version = 1\n[job]\nname = \"caf\xe9\"\n".to_vec();
+    let utf16_bom: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain("version = 1\n".encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let utf16_bare: Vec<u8> = "version = 1\n"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    for (bytes, at, what) in [
+        (latin1, (3, 12), "not UTF-8 text (byte 0xe9)"),
+        (utf16_bom, (1, 1), "UTF-16"),
+        (utf16_bare, (1, 2), "UTF-16"),
+    ] {
+        let checked = hetgen_spec::check_bytes("enc.toml", &bytes);
+        assert!(checked.job.is_none());
+        let problems = &checked.report.problems;
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        assert_eq!(problems[0].code, "hetgen::spec::encoding");
+        assert!(
+            problems[0].message.contains(what),
+            "{}",
+            problems[0].message
+        );
+        assert_eq!(problems[0].line_col(), Some(at), "{what}");
+        assert!(checked.report.has_errors());
+    }
+    // UTF-8 goes through as `check` would take it.
+    let ok = hetgen_spec::check_bytes("ok.toml", "version = 1\n".as_bytes());
+    assert!(
+        ok.report
+            .problems
+            .iter()
+            .all(|p| p.code != "hetgen::spec::encoding")
+    );
+}
+
+#[test]
+fn a_huge_value_quoted_in_a_message_is_cut_short() {
+    let name = "x".repeat(1 << 20);
+    let text = std::fs::read_to_string(repo().join("examples/tiny-local.toml"))
+        .unwrap()
+        .replace("name = \"tiny-local\"", &format!("name = \"{name}\""));
+    let checked = check("huge.toml", &text);
+    assert!(checked.report.has_errors());
+    for p in &checked.report.problems {
+        for text in [&p.message, &p.label].into_iter().chain(p.help.as_ref()) {
+            assert!(text.chars().count() <= 241, "{} chars", text.len());
+        }
+    }
+}
+
+#[test]
+fn many_errors_are_found_and_located_in_one_pass() {
+    // Every stage after a `normalize` is an error: with the span lookup and line numbering
+    // linear, a hundred thousand of them are checked and located at once (no timing asserted: a
+    // quadratic lookup simply does not finish).
+    let stages = "[[pipeline.stage]]\nop = \"horizontal_flip\"\n".repeat(100_000);
+    let text = std::fs::read_to_string(repo().join("examples/tiny-local.toml"))
+        .unwrap()
+        .replace("[trainer]", &format!("{stages}[trainer]"));
+    let checked = check("many.toml", &text);
+    let report = &checked.report;
+    assert!(report.errors() >= 100_000, "{}", report.errors());
+    let json = report.to_json();
+    let problems = json["problems"].as_array().unwrap();
+    let last = problems.last().unwrap();
+    assert!(last["line"].as_u64().unwrap() > 200_000, "{last}");
+}

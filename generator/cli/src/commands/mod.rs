@@ -35,16 +35,21 @@ pub fn spec_dir(spec: &Path) -> &Path {
 
 /// Reads and checks the spec at `path`.
 pub fn check(path: &Path) -> Result<Checked, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|source| Failure::Read {
+    // Bytes, not a string: a spec that is not UTF-8 is an invalid spec (exit 65) with the
+    // place of its first bad byte, not a file that cannot be read.
+    let bytes = std::fs::read(path).map_err(|source| Failure::Read {
         path: path.to_owned(),
         hint: if source.kind() == std::io::ErrorKind::NotFound {
             "give the spec's path, or create one with `hetgen new NAME`".to_owned()
         } else {
-            "check that the file is readable UTF-8 text".to_owned()
+            "check that the file is readable".to_owned()
         },
         source,
     })?;
-    Ok(hetgen_spec::check(&path.display().to_string(), &text))
+    Ok(hetgen_spec::check_bytes(
+        &path.display().to_string(),
+        &bytes,
+    ))
 }
 
 /// Reads and checks the spec; prints its problems; fails when it has errors.

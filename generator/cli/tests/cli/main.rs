@@ -278,3 +278,199 @@ fn plan_and_compare_report_as_json() {
     let expected = 1.0 - (3.825 + 1.836) * 100.0 / (3.825 * 200.0);
     assert!((c["improvement"].as_f64().unwrap() - expected).abs() < 1e-12);
 }
+
+/// The subcommands `hetgen --help` lists.
+fn subcommands() -> Vec<String> {
+    let out = hetgen(&["--help"], &repo());
+    let help = String::from_utf8(out.stdout).unwrap();
+    help.split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("\n\n")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every numeric flag of every command, as `(command, --flag)`: the flags whose value name in
+/// `--help` is a number's (the CLI's own tests hold every numeric flag to these names).
+fn numeric_flags() -> Vec<(String, String)> {
+    const NUMERIC: [&str; 6] = ["<SECONDS>", "<N>", "<VCPUS>", "<RATE>", "<MS>", "<USD>"];
+    let mut flags = Vec::new();
+    for sub in subcommands() {
+        let help = String::from_utf8(hetgen(&[&sub, "--help"], &repo()).stdout).unwrap();
+        for line in help.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let Some(i) = words.iter().position(|w| w.starts_with("--")) else {
+                continue;
+            };
+            if words.get(i + 1).is_some_and(|v| NUMERIC.contains(v)) {
+                flags.push((sub.clone(), words[i].to_owned()));
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn every_numeric_flag_refuses_nonsense_with_exit_two_and_no_panic() {
+    let flags = numeric_flags();
+    assert!(flags.len() >= 16, "{flags:?}");
+    for (sub, flag) in &flags {
+        for bad in [
+            "inf",
+            "nan",
+            "-5",
+            "1e400",
+            "18446744073709551616",
+            "2^64",
+            "garbage",
+        ] {
+            let arg = format!("{flag}={bad}");
+            let out = hetgen(&[sub, &arg], &repo());
+            let err = stderr(&out);
+            assert_eq!(code(&out), 2, "{sub} {arg}: {err}");
+            assert!(!err.contains("panicked"), "{sub} {arg}: {err}");
+            assert!(
+                err.contains(flag.as_str()) && err.contains("expected "),
+                "{sub} {arg}: the flag and its range are named: {err}"
+            );
+            assert!(out.stdout.is_empty(), "{sub} {arg}");
+        }
+    }
+}
+
+#[test]
+fn numbers_that_once_panicked_or_passed_as_nonsense_are_usage_errors() {
+    // From the issue: each of these panicked (exit 101) or printed nonsense with exit 0.
+    let spec = "examples/resnet50-p4d.toml";
+    for args in [
+        &["deploy", "--local", "--max-runtime", "inf"][..],
+        &["deploy", "--local", "--max-runtime", "1e308"],
+        &[
+            "deploy",
+            "--local",
+            "--max-runtime",
+            "99999999999999999999999",
+        ],
+        &["deploy", "--local", "--max-runtime", "9223372036854775808"],
+        &["deploy", "--local", "--max-runtime", "nan"],
+        &["deploy", "--local", "--grace", "nan"],
+        &[
+            "deploy",
+            "--local",
+            "--cpus-per-host",
+            "6148914691236517206",
+        ],
+        &["plan", spec, "--cpu-per-gpu", "inf"],
+        &["plan", spec, "--cpu-per-gpu", "nan"],
+        &["plan", spec, "--cpu-per-gpu=-5"],
+        &["profile", "--seconds", "inf"],
+        &["profile", "--threads", "18446744073709551615"],
+        &["list", "--max=-1"],
+        &[
+            "compare",
+            "--baseline",
+            spec,
+            "--baseline-step-ms",
+            "200",
+            "--candidate",
+            spec,
+            "--candidate-step-ms",
+            "100",
+            "--candidate-price",
+            "nan",
+        ],
+    ] {
+        let out = hetgen(args, &repo());
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_spec_that_is_not_utf8_is_invalid_with_the_place_of_its_first_bad_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain("version = 1\n".encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    for (bytes, at) in [
+        (
+            b"version = 1\n[job]\nname = \"caf\xe9\"\n".to_vec(),
+            "enc.toml:3:12",
+        ),
+        (utf16, "enc.toml:1:1"),
+    ] {
+        std::fs::write(dir.path().join("enc.toml"), bytes).unwrap();
+        let out = hetgen(&["validate", "enc.toml"], dir.path());
+        let err = stderr(&out);
+        assert_eq!(code(&out), 65, "{err}");
+        assert!(
+            err.contains("hetgen::spec::encoding") && err.contains(at),
+            "{err}"
+        );
+        let json = hetgen(&["validate", "enc.toml", "--format", "json"], dir.path());
+        assert_eq!(code(&json), 65);
+    }
+}
+
+#[test]
+fn printed_diagnostics_are_capped_and_say_how_many_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = std::fs::read_to_string(repo().join("examples/tiny-local.toml")).unwrap();
+    // Every stage after a `normalize` is an error.
+    let stages = "[[pipeline.stage]]\nop = \"horizontal_flip\"\n".repeat(5_000);
+    std::fs::write(
+        dir.path().join("many.toml"),
+        tiny.replace("[trainer]", &format!("{stages}[trainer]")),
+    )
+    .unwrap();
+    let out = hetgen(&["validate", "many.toml"], dir.path());
+    let err = stderr(&out);
+    assert_eq!(code(&out), 65);
+    let tail = &err[err.rfind("… and ").expect(&err)..];
+    // Fifty problems are shown, then the count of the rest, then the summary of them all.
+    assert_eq!(err.matches("hetgen::spec::").count(), 50, "{err}");
+    let more = report_count(tail, "… and ", " more problems");
+    let errors = report_count(tail, "`many.toml`: ", " errors");
+    assert!(errors >= 5_000 && more >= errors - 50, "{tail}");
+    let json = hetgen(&["validate", "many.toml", "--format", "json"], dir.path());
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["problems"].as_array().unwrap().len(), more + 50);
+
+    // A 10 MB job name is not echoed back whole.
+    let name = "x".repeat(10 << 20);
+    std::fs::write(
+        dir.path().join("huge.toml"),
+        tiny.replace("name = \"tiny-local\"", &format!("name = \"{name}\"")),
+    )
+    .unwrap();
+    let out = hetgen(&["validate", "huge.toml"], dir.path());
+    assert_eq!(code(&out), 65);
+    assert!(
+        out.stderr.len() < 64 << 10,
+        "{} bytes of diagnostics",
+        out.stderr.len()
+    );
+    assert!(stderr(&out).contains("huge.toml:7:8"), "{}", stderr(&out));
+}
+
+/// The number between `before` and `after` in `text`.
+fn report_count(text: &str, before: &str, after: &str) -> usize {
+    let from = text
+        .find(before)
+        .unwrap_or_else(|| panic!("no `{before}` in {text}"))
+        + before.len();
+    let to = from
+        + text[from..]
+            .find(after)
+            .unwrap_or_else(|| panic!("no `{after}` in {text}"));
+    text[from..to].parse().unwrap()
+}
