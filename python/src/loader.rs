@@ -93,6 +93,11 @@ impl NativeLoader {
         stall_timeout: Option<f64>,
         trainer_id: Option<String>,
     ) -> PyResult<Self> {
+        // The batches this process receives are tens of MB: glibc's defaults would map and
+        // unmap (and page-fault) every one of them, which halves the stream's rate. The tuning
+        // (see `hetgen_pipeline::tune_allocator`) is what every hetgen process runs with.
+        static TUNE: std::sync::Once = std::sync::Once::new();
+        TUNE.call_once(hetgen_pipeline::tune_allocator);
         if world_size == 0 || rank >= world_size {
             return Err(ConfigurationError::new_err(format!(
                 "rank {rank} is not one of {world_size} ranks: a rank is 0 to world_size - 1"

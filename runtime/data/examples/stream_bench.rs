@@ -3,6 +3,11 @@
 //!
 //! `cargo run --release -p hetgen-data --example stream_bench [SECONDS] [ROUNDS]`
 //!
+//! For clients in other processes (`bench/python_stream.sh` times the Python package against
+//! the Rust client on the same servers): `stream_bench serve N` starts N servers, prints
+//! `servers ADDR,ADDR…` and serves until its standard input closes; `stream_bench client
+//! ADDR,ADDR… SECONDS` prints the Rust client's rate from them, `rust-client-rate GB/S`.
+//!
 //! "Ready" batches: the servers serve a prepared batch through [`Batches`] instead of running a
 //! pipeline, so the measurement is the service (gRPC framing, HTTP/2 flow control, checksums,
 //! the scheduler, the trainer's side), not the preprocessing.
@@ -120,8 +125,20 @@ fn grpc(job: &hetgen_spec::model::Job, servers: usize, budget: Duration) -> f64 
         .map(|i| server(&format!("algo-{}", i + 1)))
         .map(|a| (a.ip().to_string(), a.port()))
         .collect();
+    let (rate, client) = stream_from(job, &hosts, budget);
+    client.shutdown("benchmark over");
+    rate
+}
+
+/// Bytes per second of images from `hosts` into one client; the client is returned so the
+/// caller decides whether the servers are told to stop.
+fn stream_from(
+    job: &hetgen_spec::model::Job,
+    hosts: &[(String, u16)],
+    budget: Duration,
+) -> (f64, Client) {
     let client = Client::connect(
-        &hosts,
+        hosts,
         job.pipeline.output_shape,
         ClientConfig::new("bench".into(), TOKEN.into()),
     )
@@ -151,8 +168,7 @@ fn grpc(job: &hetgen_spec::model::Job, servers: usize, budget: Duration) -> f64 
     }
     let rate = bytes as f64 / start.elapsed().as_secs_f64();
     drop(stream);
-    client.shutdown("benchmark over");
-    rate
+    (rate, client)
 }
 
 fn tcp(batch_bytes: usize, budget: Duration) -> f64 {
@@ -174,17 +190,56 @@ fn tcp(batch_bytes: usize, budget: Duration) -> f64 {
     bytes as f64 / start.elapsed().as_secs_f64()
 }
 
+/// `serve N`: servers for clients in other processes, until standard input closes.
+fn serve_for_others(count: usize) {
+    let addresses: Vec<String> = (0..count)
+        .map(|i| server(&format!("algo-{}", i + 1)).to_string())
+        .collect();
+    println!("servers {}", addresses.join(","));
+    std::io::stdout().flush().expect("stdout");
+    let mut rest = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut rest);
+}
+
+/// `client ADDR,ADDR… SECONDS`: the Rust client's rate from servers of another process.
+fn client_of_others(job: &hetgen_spec::model::Job, addresses: &str, seconds: f64) {
+    let hosts: Vec<(String, u16)> = addresses
+        .split(',')
+        .map(|a| {
+            let a: std::net::SocketAddr = a.parse().expect("ADDR is ip:port");
+            (a.ip().to_string(), a.port())
+        })
+        .collect();
+    let (rate, _client) = stream_from(job, &hosts, Duration::from_secs_f64(seconds));
+    println!("rust-client-rate {:.3}", rate / 1e9);
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
-    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3);
-    let budget = Duration::from_secs_f64(seconds);
+    let args: Vec<String> = std::env::args().skip(1).collect();
     if std::env::var_os("HETGEN_DEFAULT_MALLOC").is_none() {
         hetgen_data::tune_allocator();
     }
     let job = hetgen_spec::check("stream-bench.toml", SPEC)
         .job
         .expect("valid bench spec");
+    match args.first().map(String::as_str) {
+        Some("serve") => {
+            return serve_for_others(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));
+        }
+        Some("client") => {
+            let seconds = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+            return client_of_others(
+                &job,
+                args.get(1).expect("client ADDR,ADDR SECONDS"),
+                seconds,
+            );
+        }
+        _ => {}
+    }
+    let mut args = args.into_iter();
+    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let budget = Duration::from_secs_f64(seconds);
     let batch_bytes = BATCH * SAMPLE_BYTES;
     let gb = |r: f64| r / 1e9;
     println!(

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# hetgen.Loader (local mode) beside a torchvision DataLoader, images/s into a Python loop, on one
+# and two cores, alternating rounds; the median of the per-round ratios is the figure to quote.
+#   bench/python_loader.sh [SECONDS] [ROUNDS]
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+seconds="${1:-5}"
+rounds="${2:-5}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
+scripts/system-deps.sh
+venv="$(scripts/torch-env.sh)"
+"$venv/bin/pip" install -q --disable-pip-version-check -r requirements/bench.txt >&2
+tools="$(scripts/python-env.sh)"
+# The release wheel (make test installs a debug one, which is no fair contender).
+rm -rf "$CARGO_TARGET_DIR/wheels-release"
+PATH="$PATH:$tools/bin" maturin build -q --release --manifest-path python/Cargo.toml \
+  -i "$venv/bin/python" -o "$CARGO_TARGET_DIR/wheels-release" >&2
+"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
+  "$CARGO_TARGET_DIR"/wheels-release/hetgen-*.whl >&2
+# The pipeline bench's 64 JPEGs (500×375, q90), ten times over as a ten-class image folder.
+fixtures="$CARGO_TARGET_DIR/bench-fixtures"
+cargo build -q --release -p hetgen-pipeline --example pipeline_bench
+"$CARGO_TARGET_DIR/release/examples/pipeline_bench" "$fixtures" 0.1 pipeline >/dev/null
+folder="$CARGO_TARGET_DIR/bench-folder"
+rm -rf "$folder"
+n=0
+for copy in $(seq 0 9); do
+  for f in "$fixtures"/*.jpg; do
+    mkdir -p "$folder/c$((n % 10))"
+    ln -s "$f" "$folder/c$((n % 10))/$copy-$(basename "$f")"
+    n=$((n + 1))
+  done
+done
+run() { "$venv/bin/python" bench/python_loader.py "$1" "$folder" "$2" "$seconds" | awk '/^rate/ {print $2}'; }
+echo "| cores | round | hetgen.Loader images/s | DataLoader images/s | ratio |"
+echo "|---:|---:|---:|---:|---:|"
+for cores in 1 2; do
+  ratios=()
+  for round in $(seq 1 "$rounds"); do
+    a="$(run hetgen "$cores")"
+    b="$(run dataloader "$cores")"
+    r="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
+    ratios+=("$r")
+    echo "| $cores | $round | $a | $b | $r |"
+  done
+  median="$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')"
+  echo "| $cores | median | | | ${median} |"
+done

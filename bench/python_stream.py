@@ -1,0 +1,66 @@
+"""GB/s of images from running data servers into a Python loop through `hetgen.Loader`.
+
+    python bench/python_stream.py ADDR,ADDR SECONDS
+
+The servers are `stream_bench serve N` (ready 128 × 224×224×3 batches); bench/python_stream.sh
+alternates this with the Rust client on the same servers.
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+import hetgen
+
+TOKEN = "bench-token-0123456789abcdef"
+SPEC = """\
+version = 1
+[job]
+name = "stream-bench"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 2
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[pipeline]
+source = { format = "synthetic", shape = [224, 224, 3], classes = 10, samples = 100000 }
+batch_size = 128
+shard_size = 1024
+[trainer]
+model = "resnet18"
+steps = 1
+"""
+
+
+def main():
+    hosts, seconds = sys.argv[1].split(","), float(sys.argv[2])
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = os.path.join(tmp, "hetgen.toml")
+        with open(spec, "w") as f:
+            f.write(SPEC)
+        loader = hetgen.Loader(spec, hosts=hosts, token=TOKEN, prefetch=2)
+
+    def batches():
+        while True:
+            yield from loader
+
+    stream = batches()
+    for _ in range(4):
+        next(stream)
+    total, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        images, _ = next(stream)
+        images[0, 0, 0, 0]  # touch it, as a training step would read it
+        total += images.nbytes
+    print(f"python-loader-rate {total / (time.perf_counter() - start) / 1e9:.3f}")
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
