@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         cli::Command::Render(args) => commands::render::run(&args),
         cli::Command::New(args) => commands::new::run(&args),
         cli::Command::Schema => commands::schema::run(),
+        cli::Command::Deploy(args) if args.local.local => commands::local::run(&args),
         cli::Command::Deploy(args) => commands::deploy::run(&args),
         cli::Command::Status(args) => commands::jobs::status(&args),
         cli::Command::Stop(args) => commands::jobs::stop(&args),

@@ -13,10 +13,8 @@ use super::{ensure_fresh, render_spec};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
 
+/// `hetgen deploy` to SageMaker; `main` sends `--local` to [`super::local`].
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
-    if args.local.local {
-        return super::local::run(args);
-    }
     let (job, rendered) = render_spec(&args.spec)?;
     let Some(sm) = &job.sagemaker else {
         return Err(Failure::NoSageMaker {
