@@ -5,8 +5,33 @@
 //! (gRPC flow control does the rest) instead of filling memory. The server stops, and
 //! [`serve`] returns why, on the trainer's Shutdown, on the caller's stop signal (SIGTERM), or
 //! when its watchdog has heard nothing from any trainer for longer than the configured time.
+//!
+//! ## Limits per client
+//!
+//! Every call is authenticated first ([`crate::auth`]); then nothing a client sends may grow
+//! without bound:
+//!
+//! - The unary calls (Handshake, Ack, Heartbeat, Shutdown) read at most
+//!   [`MAX_UNARY_REQUEST`] bytes; a larger body is `RESOURCE_EXHAUSTED` before it is buffered,
+//!   a malformed one `INVALID_ARGUMENT` and a compressed one `UNIMPLEMENTED`.
+//! - A trainer id is at most [`MAX_TRAINER_ID`] bytes, and goes into logs escaped and cut
+//!   short ([`LogId`]).
+//! - A trainer may have [`ServerConfig::max_streams_per_trainer`] shard streams open at once;
+//!   one more is `RESOURCE_EXHAUSTED`. At most [`MAX_TRAINERS`] trainers are tracked.
+//! - The shards streamed and not yet acknowledged are remembered per trainer up to
+//!   [`ServerConfig::max_unacked_per_trainer`]; past that the oldest are forgotten (a late Ack
+//!   of one is `NOT_FOUND`, which the client ignores).
+//!
+//! **Worst case memory of a stalled stream** (a client that opens a shard and stops reading):
+//! the engine stops at the channel, so the stream holds the two batches queued in it, the one
+//! the engine has made and is waiting to queue, and the one hyper is writing (its head and its
+//! image buffer): at most 4 × the batch's size (`batch_size × height × width × channels`
+//! bytes, kept under the message limit when the shard is requested), whatever the shard's length.
+//! A 256-sample 224×224×3 batch is 38.5 MB, so one stalled stream holds at most ~154 MB and one
+//! trainer at most `max_streams_per_trainer` times that; the HTTP/2 windows only bound what is
+//! in the kernel's buffers and the client's.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,6 +61,13 @@ use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, S
 pub const MAX_SHARD_SAMPLES: usize = 1 << 20;
 /// Largest batch size a request may ask for.
 pub const MAX_BATCH_SIZE: u32 = 1 << 16;
+/// Largest body of a unary call (Handshake, Ack, Heartbeat, Shutdown); real ones are tens of
+/// bytes, an Ack of a thousand shards a few KiB.
+pub const MAX_UNARY_REQUEST: usize = 64 << 10;
+/// Longest trainer id, in bytes (hetgen's are `<host>/rank-<n>`).
+pub const MAX_TRAINER_ID: usize = 256;
+/// Most trainers one server keeps track of at once.
+pub const MAX_TRAINERS: usize = 1024;
 
 /// What a data server serves: a shard's samples as batches. Every job serves its pipeline
 /// [`Engine`]; the loopback benchmark serves prepared batches, to time the service alone.
@@ -96,6 +128,11 @@ pub struct ServerConfig {
     pub watchdog: Duration,
     /// Shards a trainer may stream from this server at once.
     pub max_inflight_shards: u32,
+    /// Shard streams one trainer may hold open at once; more are refused. Above
+    /// `max_inflight_shards`, for a stream that ends while its successor starts.
+    pub max_streams_per_trainer: usize,
+    /// Streamed, unacknowledged shards remembered per trainer; the oldest are forgotten past it.
+    pub max_unacked_per_trainer: usize,
     /// How often to log the server's counters.
     pub log_every: Duration,
 }
@@ -104,11 +141,14 @@ impl ServerConfig {
     /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
     /// keep the pool busy while the trainer acknowledges and re-requests.
     pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
+        let max_inflight_shards = (engine.threads() as u32).div_ceil(8).max(2);
         Self {
             server_id,
             token,
             watchdog: Duration::from_secs(120),
-            max_inflight_shards: (engine.threads() as u32).div_ceil(8).max(2),
+            max_inflight_shards,
+            max_streams_per_trainer: 2 * max_inflight_shards as usize + 2,
+            max_unacked_per_trainer: 4096,
             log_every: Duration::from_secs(10),
         }
     }
@@ -153,8 +193,8 @@ struct Shared {
     last_contact: Mutex<Instant>,
     stopping: AtomicBool,
     stop: watch::Sender<Option<StopReason>>,
-    /// (trainer, epoch, shard) streamed and not yet acknowledged.
-    streamed: Mutex<HashSet<(String, u32, u32)>>,
+    /// Per trainer: its open streams and the shards streamed and not yet acknowledged.
+    trainers: Mutex<HashMap<String, Trainer>>,
     samples_served: AtomicU64,
     queued: AtomicU32,
     rate: Mutex<(Instant, u64)>,
@@ -197,6 +237,67 @@ impl Shared {
     }
 }
 
+/// What the server keeps per trainer.
+#[derive(Default)]
+struct Trainer {
+    /// Shard streams open now.
+    streams: usize,
+    /// (epoch, shard) streamed and not yet acknowledged, oldest first.
+    unacked: VecDeque<(u32, u32)>,
+}
+
+/// A trainer id as logs and messages show it: escaped (no control or bidirectional characters
+/// reach a terminal) and cut to 64 characters.
+pub struct LogId<'a>(pub &'a str);
+
+impl std::fmt::Display for LogId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 64;
+        for c in self.0.chars().take(SHOWN) {
+            if c.is_ascii_graphic() || c == ' ' {
+                write!(f, "{c}")?;
+            } else {
+                write!(f, "{}", c.escape_unicode())?;
+            }
+        }
+        let total = self.0.chars().count();
+        if total > SHOWN {
+            write!(f, "… ({total} characters)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuse trainer ids no hetgen trainer sends.
+fn check_trainer_id(id: &str) -> Result<(), Status> {
+    if id.len() > MAX_TRAINER_ID {
+        return Err(Status::invalid_argument(format!(
+            "trainer id `{}` is {} bytes; at most {MAX_TRAINER_ID}",
+            LogId(id),
+            id.len()
+        )));
+    }
+    Ok(())
+}
+
+/// One open shard stream of a trainer; closing it (dropping this) frees its place.
+struct OpenStream {
+    shared: Arc<Shared>,
+    trainer: String,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let mut trainers = self.shared.trainers.lock().expect("lock poisoned");
+        if let Some(t) = trainers.get_mut(&self.trainer) {
+            t.streams = t.streams.saturating_sub(1);
+            if t.streams == 0 && t.unacked.is_empty() {
+                trainers.remove(&self.trainer);
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Service(Arc<Shared>);
 
@@ -208,15 +309,49 @@ impl Service {
         if shared.stopping.load(Ordering::SeqCst) {
             return Err(Status::unavailable("this data server is shutting down"));
         }
+        let open = self.admit(&request)?;
         shared.touch();
-        shared.streamed.lock().expect("lock poisoned").insert((
-            request.trainer_id.clone(),
-            request.epoch,
-            request.shard,
-        ));
         let (tx, rx) = mpsc::channel(2);
-        tokio::task::spawn_blocking(move || run_shard(&shared, request, tx));
+        tokio::task::spawn_blocking(move || {
+            run_shard(&shared, request, tx);
+            drop(open);
+        });
         Ok(rx)
+    }
+
+    /// Count the stream against its trainer's limits and remember the shard as unacknowledged.
+    fn admit(&self, request: &ShardRequest) -> Result<OpenStream, Status> {
+        let shared = &self.0;
+        let id = &request.trainer_id;
+        let mut trainers = shared.trainers.lock().expect("lock poisoned");
+        if !trainers.contains_key(id) && trainers.len() >= MAX_TRAINERS {
+            return Err(Status::resource_exhausted(format!(
+                "this data server tracks {MAX_TRAINERS} trainers already"
+            )));
+        }
+        let trainer = trainers.entry(id.clone()).or_default();
+        let cap = shared.config.max_streams_per_trainer;
+        if trainer.streams >= cap {
+            return Err(Status::resource_exhausted(format!(
+                "trainer `{}` has {} shard streams open on this server; at most {cap} at once",
+                LogId(id),
+                trainer.streams
+            )));
+        }
+        trainer.streams += 1;
+        let key = (request.epoch, request.shard);
+        if !trainer.unacked.contains(&key) {
+            trainer.unacked.push_back(key);
+            if trainer.unacked.len() > shared.config.max_unacked_per_trainer
+                && let Some((epoch, shard)) = trainer.unacked.pop_front()
+            {
+                tracing::warn!(trainer = %LogId(id), epoch, shard, "too many unacknowledged shards; forgetting the oldest");
+            }
+        }
+        Ok(OpenStream {
+            shared: shared.clone(),
+            trainer: id.clone(),
+        })
     }
 }
 
@@ -243,9 +378,74 @@ impl<S> tonic::server::NamedService for ZeroCopyShards<S> {
 type HttpRequest = http::Request<tonic::body::Body>;
 type HttpResponse = http::Response<tonic::body::Body>;
 
+/// Whether a message's bytes are one request message of its method.
+type CheckMessage = fn(&[u8]) -> Result<(), prost::DecodeError>;
+
+/// The unary methods, each with a check that its body is its request message.
+const UNARY: [(&str, CheckMessage); 4] = [
+    ("/hetgen.data.v1.DataService/Handshake", |m| {
+        <HandshakeRequest as prost::Message>::decode(m).map(drop)
+    }),
+    ("/hetgen.data.v1.DataService/Ack", |m| {
+        <AckRequest as prost::Message>::decode(m).map(drop)
+    }),
+    ("/hetgen.data.v1.DataService/Heartbeat", |m| {
+        <HeartbeatRequest as prost::Message>::decode(m).map(drop)
+    }),
+    ("/hetgen.data.v1.DataService/Shutdown", |m| {
+        <ShutdownRequest as prost::Message>::decode(m).map(drop)
+    }),
+];
+
+/// The message of a request body that must be exactly one uncompressed gRPC frame.
+fn one_frame(body: &[u8]) -> Result<&[u8], Status> {
+    // One gRPC frame: a compression flag, a big-endian length, the message.
+    let [flag, a, b, c, d, message @ ..] = body else {
+        return Err(Status::invalid_argument("request is not one gRPC frame"));
+    };
+    if *flag != 0 {
+        return Err(Status::unimplemented(
+            "compressed requests are not accepted by this data server",
+        ));
+    }
+    let size = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
+    if message.len() != size {
+        return Err(Status::invalid_argument(format!(
+            "request frame says {size} bytes but carries {}",
+            message.len()
+        )));
+    }
+    Ok(message)
+}
+
+/// The body of a request, read up to `limit` bytes: a larger one is refused before it is
+/// buffered.
+async fn read_body(body: tonic::body::Body, limit: usize) -> Result<bytes::Bytes, Status> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Status::resource_exhausted(
+            format!("request body over {limit} bytes"),
+        )),
+        Err(e) => Err(Status::invalid_argument(format!("request unreadable: {e}"))),
+    }
+}
+
+/// A unary call's body, checked to be one uncompressed frame of its request message, for the
+/// tonic service to decode again: a bad body is the client's fault, not an `INTERNAL` error.
+async fn unary_body(check: CheckMessage, body: tonic::body::Body) -> Result<bytes::Bytes, Status> {
+    let bytes = read_body(body, MAX_UNARY_REQUEST + 5).await?;
+    let message = one_frame(&bytes)?;
+    check(message).map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))?;
+    Ok(bytes)
+}
+
 impl<S> tonic::codegen::Service<HttpRequest> for ZeroCopyShards<S>
 where
-    S: tonic::codegen::Service<HttpRequest, Response = HttpResponse, Error = Infallible>,
+    S: tonic::codegen::Service<HttpRequest, Response = HttpResponse, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
 {
     type Response = HttpResponse;
@@ -257,7 +457,23 @@ where
     }
 
     fn call(&mut self, request: HttpRequest) -> Self::Future {
-        if request.uri().path() != STREAM_SHARD {
+        let path = request.uri().path();
+        if let Some((_, check)) = UNARY.iter().find(|(p, _)| *p == path) {
+            let check = *check;
+            // The inner (generated) service is always ready; a clone serves this call.
+            let mut inner = self.inner.clone();
+            let (parts, body) = request.into_parts();
+            return Box::pin(async move {
+                match unary_body(check, body).await {
+                    Ok(bytes) => {
+                        let body = tonic::body::Body::new(http_body_util::Full::new(bytes));
+                        inner.call(http::Request::from_parts(parts, body)).await
+                    }
+                    Err(status) => Ok(status.into_http()),
+                }
+            });
+        }
+        if path != STREAM_SHARD {
             return Box::pin(self.inner.call(request));
         }
         let service = self.service.clone();
@@ -271,30 +487,8 @@ where
 }
 
 async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpResponse, Status> {
-    use http_body_util::BodyExt;
-    let body = http_body_util::Limited::new(request.into_body(), MAX_SHARD_REQUEST)
-        .collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("shard request unreadable: {e}")))?
-        .to_bytes();
-    // One gRPC frame: a compression flag, a big-endian length, the message.
-    let [flag, a, b, c, d, message @ ..] = body.as_ref() else {
-        return Err(Status::invalid_argument(
-            "shard request is not one gRPC frame",
-        ));
-    };
-    if *flag != 0 {
-        return Err(Status::unimplemented(
-            "compressed requests are not accepted by this data server",
-        ));
-    }
-    let size = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
-    if message.len() != size {
-        return Err(Status::invalid_argument(format!(
-            "shard request frame says {size} bytes but carries {}",
-            message.len()
-        )));
-    }
+    let body = read_body(request.into_body(), MAX_SHARD_REQUEST).await?;
+    let message = one_frame(&body)?;
     let request = <ShardRequest as prost::Message>::decode(message)
         .map_err(|e| Status::invalid_argument(format!("malformed shard request: {e}")))?;
     let batches = service.open_shard(request)?;
@@ -378,8 +572,9 @@ impl DataService for Service {
                 request.protocol_version
             )));
         }
+        check_trainer_id(&request.trainer_id)?;
         self.0.touch();
-        tracing::info!(trainer = %request.trainer_id, "trainer connected");
+        tracing::info!(trainer = %LogId(&request.trainer_id), "trainer connected");
         let [h, w, c] = self.0.engine.output_shape();
         Ok(Response::new(HandshakeResponse {
             protocol_version: PROTOCOL_VERSION,
@@ -416,17 +611,41 @@ impl DataService for Service {
 
     async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
         let request = request.into_inner();
+        check_trainer_id(&request.trainer_id)?;
         self.0.touch();
-        let mut streamed = self.0.streamed.lock().expect("lock poisoned");
-        for shard in &request.shards {
-            if !streamed.remove(&(request.trainer_id.clone(), request.epoch, *shard)) {
-                return Err(Status::not_found(format!(
-                    "shard {shard} of epoch {} was never streamed to trainer `{}` by this server (or was acknowledged already)",
-                    request.epoch, request.trainer_id
-                )));
+        let mut trainers = self.0.trainers.lock().expect("lock poisoned");
+        let trainer = trainers.get_mut(&request.trainer_id);
+        let unacked = trainer.map(|t| &mut t.unacked);
+        let mut missing = None;
+        if let Some(unacked) = unacked {
+            for shard in &request.shards {
+                match unacked.iter().position(|k| *k == (request.epoch, *shard)) {
+                    Some(i) => {
+                        unacked.remove(i);
+                    }
+                    None => {
+                        missing = Some(*shard);
+                        break;
+                    }
+                }
             }
+        } else {
+            missing = request.shards.first().copied();
         }
-        Ok(Response::new(AckResponse {}))
+        if trainers
+            .get(&request.trainer_id)
+            .is_some_and(|t| t.streams == 0 && t.unacked.is_empty())
+        {
+            trainers.remove(&request.trainer_id);
+        }
+        match missing {
+            Some(shard) => Err(Status::not_found(format!(
+                "shard {shard} of epoch {} was never streamed to trainer `{}` by this server (or was acknowledged already, or forgotten)",
+                request.epoch,
+                LogId(&request.trainer_id)
+            ))),
+            None => Ok(Response::new(AckResponse {})),
+        }
     }
 
     async fn heartbeat(
@@ -444,7 +663,7 @@ impl DataService for Service {
         request: Request<ShutdownRequest>,
     ) -> Result<Response<ShutdownResponse>, Status> {
         let reason = request.into_inner().reason;
-        tracing::info!(%reason, "shutdown requested by a trainer");
+        tracing::info!(reason = %LogId(&reason), "shutdown requested by a trainer");
         self.0.request_stop(StopReason::Shutdown(reason));
         Ok(Response::new(ShutdownResponse {}))
     }
@@ -452,6 +671,7 @@ impl DataService for Service {
 
 /// Refuse requests no honest trainer sends, before any work is done.
 fn validate_shard(shared: &Shared, request: &ShardRequest) -> Result<(), Status> {
+    check_trainer_id(&request.trainer_id)?;
     if request.sample_ids.is_empty() {
         return Err(Status::invalid_argument(
             "shard request carries no sample ids",
@@ -493,6 +713,7 @@ fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<BatchOrErr
         .sample_ids
         .len()
         .div_ceil(request.batch_size as usize) as u32;
+    let mut sent_batches = 0u32;
     let mut emit = |batch: hetgen_pipeline::Batch| {
         if shared.stopping.load(Ordering::SeqCst) {
             return false;
@@ -513,6 +734,7 @@ fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<BatchOrErr
         let sent = tx.blocking_send(Ok(message)).is_ok();
         shared.queued.fetch_sub(1, Ordering::Relaxed);
         if sent {
+            sent_batches += 1;
             shared.samples_served.fetch_add(n, Ordering::Relaxed);
             shared.touch();
         }
@@ -525,12 +747,23 @@ fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<BatchOrErr
         request.batch_size,
         &mut emit,
     );
-    if let Err(e) = result {
-        tracing::error!(epoch = request.epoch, shard = request.shard, error = %e, "shard failed");
-        let _ = tx.blocking_send(Err(Status::data_loss(format!(
-            "shard {} of epoch {}: {e}",
-            request.shard, request.epoch
-        ))));
+    match result {
+        Err(e) => {
+            tracing::error!(epoch = request.epoch, shard = request.shard, error = %e, "shard failed");
+            let _ = tx.blocking_send(Err(Status::data_loss(format!(
+                "shard {} of epoch {}: {e}",
+                request.shard, request.epoch
+            ))));
+        }
+        // Cut short by a stop (SIGTERM, Shutdown, the watchdog): the stream must not end OK, or
+        // a client that does not count batches would take the shard as complete.
+        Ok(()) if sent_batches < batches && !tx.is_closed() => {
+            let _ = tx.blocking_send(Err(Status::unavailable(format!(
+                "this data server is stopping: shard {} of epoch {} ends after {sent_batches} of {batches} batches",
+                request.shard, request.epoch
+            ))));
+        }
+        Ok(()) => {}
     }
 }
 
@@ -548,7 +781,7 @@ pub async fn serve(
         last_contact: Mutex::new(Instant::now()),
         stopping: AtomicBool::new(false),
         stop: stop_tx,
-        streamed: Mutex::new(HashSet::new()),
+        trainers: Mutex::new(HashMap::new()),
         samples_served: AtomicU64::new(0),
         queued: AtomicU32::new(0),
         rate: Mutex::new((Instant::now(), 0)),
@@ -638,4 +871,23 @@ pub async fn serve(
     let reason = shared.stop.borrow().clone().unwrap_or(StopReason::Stopped);
     tracing::info!(%reason, "data server stopped");
     Ok(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogId;
+
+    #[test]
+    fn trainer_ids_in_logs_are_escaped_and_cut_short() {
+        assert_eq!(LogId("algo-2/rank-0").to_string(), "algo-2/rank-0");
+        assert_eq!(
+            LogId("evil\u{202e}\n\u{1b}[2J").to_string(),
+            "evil\\u{202e}\\u{a}\\u{1b}[2J"
+        );
+        let long = "x".repeat(100_000);
+        assert_eq!(
+            LogId(&long).to_string(),
+            format!("{}… (100000 characters)", "x".repeat(64))
+        );
+    }
 }

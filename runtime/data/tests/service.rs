@@ -312,3 +312,213 @@ fn the_watchdog_stops_a_server_nobody_talks_to() {
         .expect("the watchdog fired");
     assert_eq!(reason, StopReason::Watchdog(Duration::from_millis(600)));
 }
+
+/// A stream of all 600 samples, one per batch: long enough that a stop always cuts it short.
+fn long_shard(trainer: &str, shard: u32) -> ShardRequest {
+    ShardRequest {
+        epoch: 0,
+        shard,
+        sample_ids: (0..600).collect(),
+        batch_size: 1,
+        trainer_id: trainer.into(),
+    }
+}
+
+#[test]
+fn a_shard_cut_short_by_a_stop_ends_unavailable_never_ok() {
+    let job = job();
+    for by_signal in [false, true] {
+        let mut server = TestServer::start(&job, "algo-1", |_| {});
+        let (rt, mut client) = raw_client(&server, TOKEN);
+        let mut stream = rt
+            .block_on(client.stream_shard(long_shard("t", 0)))
+            .unwrap()
+            .into_inner();
+        let first = rt.block_on(stream.message()).unwrap().unwrap();
+        assert!(!first.last);
+        if by_signal {
+            server.stop();
+        } else {
+            rt.block_on(client.shutdown(ShutdownRequest {
+                reason: "done".into(),
+            }))
+            .unwrap();
+        }
+        let mut received = 1;
+        let end = loop {
+            match rt.block_on(stream.message()) {
+                Ok(Some(batch)) => {
+                    received += 1;
+                    assert!(!batch.last, "the whole shard went out");
+                }
+                Ok(None) => break None,
+                Err(status) => break Some(status),
+            }
+        };
+        let status = end.unwrap_or_else(|| {
+            panic!("the stream ended OK after {received} of 600 batches (signal: {by_signal})")
+        });
+        assert!(
+            matches!(status.code(), Code::Unavailable | Code::Aborted),
+            "{status:?}"
+        );
+        assert!(status.message().contains("of 600 batches"), "{status:?}");
+    }
+}
+
+/// A unary call with `body` as its HTTP body, as any HTTP/2 client could send it.
+fn raw_unary(server: &TestServer, method: &str, body: Vec<u8>) -> tonic::Status {
+    use http_body_util::BodyExt;
+    use tonic::codegen::Service;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let request = tonic::codegen::http::Request::builder()
+            .method("POST")
+            .uri(format!(
+                "http://{}/hetgen.data.v1.DataService/{method}",
+                server.address
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(tonic::body::Body::new(http_body_util::Full::new(
+                bytes::Bytes::from(body),
+            )))
+            .unwrap();
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .unwrap();
+        let response = channel.call(request).await.unwrap();
+        if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+            return status;
+        }
+        let collected = response.into_body().collect().await.unwrap();
+        tonic::Status::from_header_map(collected.trailers().expect("trailers")).expect("a status")
+    })
+}
+
+/// `message` as one uncompressed gRPC frame.
+fn frame(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend((message.len() as u32).to_be_bytes());
+    out.extend(message);
+    out
+}
+
+fn handshake_bytes(trainer_id: String) -> Vec<u8> {
+    prost::Message::encode_to_vec(&HandshakeRequest {
+        protocol_version: PROTOCOL_VERSION,
+        trainer_id,
+    })
+}
+
+#[test]
+fn bad_unary_bodies_are_the_clients_fault_and_bounded() {
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |_| {});
+    let compressed = {
+        let mut f = frame(&handshake_bytes("t".into()));
+        f[0] = 1;
+        f
+    };
+    let mut short = frame(&handshake_bytes("t".into()));
+    short.pop();
+    let cases = [
+        (
+            "Handshake",
+            frame(&[0xff, 0xff, 0xff]),
+            Code::InvalidArgument,
+        ),
+        ("Ack", frame(&[0xff, 0xff, 0xff]), Code::InvalidArgument),
+        ("Heartbeat", frame(&[0x0a, 0x7f]), Code::InvalidArgument),
+        ("Handshake", compressed, Code::Unimplemented),
+        ("Handshake", short, Code::InvalidArgument),
+        ("Handshake", vec![0, 0], Code::InvalidArgument),
+        // Read no further than the limit: a 2 MiB Handshake is never buffered whole.
+        (
+            "Handshake",
+            frame(&handshake_bytes("x".repeat(2 << 20))),
+            Code::ResourceExhausted,
+        ),
+        // Under the body limit, over the id limit.
+        (
+            "Handshake",
+            frame(&handshake_bytes("\u{202e}".repeat(300))),
+            Code::InvalidArgument,
+        ),
+    ];
+    for (method, body, code) in cases {
+        let status = raw_unary(&server, method, body);
+        assert_eq!(status.code(), code, "{method}: {status:?}");
+    }
+    // The real thing still works.
+    let ok = raw_unary(&server, "Handshake", frame(&handshake_bytes("t".into())));
+    assert_eq!(ok.code(), Code::Ok, "{ok:?}");
+}
+
+#[test]
+fn one_trainer_cannot_open_streams_without_bound() {
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |c| c.max_streams_per_trainer = 3);
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    // Three stalled streams (opened, never read) are allowed; a fourth is not.
+    let stalled: Vec<_> = (0..3)
+        .map(|shard| {
+            rt.block_on(client.stream_shard(long_shard("t", shard)))
+                .unwrap()
+                .into_inner()
+        })
+        .collect();
+    let refused = rt
+        .block_on(client.stream_shard(long_shard("t", 3)))
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("at most 3"), "{refused:?}");
+    // Another trainer is not held back by this one.
+    let mut other = rt
+        .block_on(client.stream_shard(long_shard("u", 0)))
+        .unwrap()
+        .into_inner();
+    assert!(rt.block_on(other.message()).unwrap().is_some());
+    drop(stalled);
+}
+
+#[test]
+fn unacknowledged_shards_are_remembered_up_to_a_bound_per_trainer() {
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |c| c.max_unacked_per_trainer = 4);
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    for shard in 0..6u32 {
+        let request = ShardRequest {
+            epoch: 0,
+            shard,
+            sample_ids: vec![u64::from(shard)],
+            batch_size: 1,
+            trainer_id: "t".into(),
+        };
+        let mut stream = rt
+            .block_on(client.stream_shard(request))
+            .unwrap()
+            .into_inner();
+        while rt.block_on(stream.message()).unwrap().is_some() {}
+    }
+    let ack = |shard: u32| {
+        rt.block_on(client.clone().ack(AckRequest {
+            epoch: 0,
+            shards: vec![shard],
+            trainer_id: "t".into(),
+        }))
+    };
+    // Shards 0 and 1 were forgotten to keep four; 2 to 5 are still owed an Ack.
+    assert_eq!(ack(0).unwrap_err().code(), Code::NotFound);
+    assert_eq!(ack(1).unwrap_err().code(), Code::NotFound);
+    for shard in 2..6 {
+        ack(shard).unwrap();
+    }
+}
