@@ -13,7 +13,7 @@ WHEELS := $(CARGO_TARGET_DIR)/wheels
 # rpath to it, so nothing needs LD_LIBRARY_PATH.
 WITH_TORCH = TORCH_VENV="$$(scripts/torch-env.sh)" && export LIBTORCH_USE_PYTORCH=1 PATH="$$TORCH_VENV/bin:$$PATH"
 
-.PHONY: test python-test demo build schema fmt bench-pipeline bench-stream
+.PHONY: test python-test demo build schema fmt bench-pipeline bench-stream soak
 
 build:
 	scripts/system-deps.sh
@@ -59,6 +59,13 @@ bench-pipeline:
 bench-stream:
 	scripts/system-deps.sh
 	cargo run --locked --release -p hetgen-data --example stream_bench
+
+## Soak test of the data service (about 10 minutes): trainers and data servers as processes,
+## servers killed at random; lost or duplicated samples must be 0. Not part of `make test`.
+soak:
+	scripts/system-deps.sh
+	cargo build --locked --release -p hetgen-data --bins --examples
+	$(CARGO_TARGET_DIR)/release/examples/soak --minutes 10
 
 ## Regenerate the committed JSON Schema after changing the raw spec types.
 schema:

@@ -1,0 +1,486 @@
+//! Soak test of the data service, run on purpose (not part of `make test`): several data
+//! servers and several trainer ranks, as real processes on loopback addresses, for minutes on
+//! end, with data servers killed (SIGKILL) at random moments. Every epoch of every round is
+//! checked against the epoch plan: samples lost and samples yielded twice must both be 0. The
+//! peak RSS of every process is reported.
+//!
+//! ```text
+//! cargo build --release -p hetgen-data --bins --examples
+//! $CARGO_TARGET_DIR/release/examples/soak --minutes 10 --servers 3 --trainers 2
+//! ```
+//!
+//! The work is done in rounds: a round starts the servers and the trainers, kills up to all
+//! servers but one while the trainers stream, waits for the trainers, stops what is left and
+//! checks the trainers' audit files. Rounds repeat until the time is up. A trainer is this same
+//! program run as `soak trainer …`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use hetgen_data::audit::AuditFile;
+use hetgen_data::client::{Client, ClientConfig};
+use hetgen_pipeline::plan::EpochPlan;
+use hetgen_pipeline::{BatchStream, InputConfig};
+
+const TOKEN: &str = "soak-0123456789abcdef0123456789";
+const SEED: u64 = 11;
+const SAMPLES: u64 = 6_000;
+const SHARD_SIZE: u32 = 128;
+const BATCH_SIZE: u32 = 32;
+const SHAPE: [u32; 3] = [64, 64, 3];
+
+fn spec() -> String {
+    format!(
+        r#"version = 1
+[job]
+name = "soak"
+seed = {SEED}
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 3
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[pipeline]
+source = {{ format = "synthetic", shape = [80, 80, 3], classes = 10, samples = {SAMPLES} }}
+batch_size = {BATCH_SIZE}
+shard_size = {SHARD_SIZE}
+threads = 1
+[[pipeline.stage]]
+op = "random_resized_crop"
+size = [{}, {}]
+[[pipeline.stage]]
+op = "horizontal_flip"
+[trainer]
+model = "mlp"
+steps = 10
+"#,
+        SHAPE[0], SHAPE[1]
+    )
+}
+
+/// `--name value` from the command line.
+fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} {v}: not a valid value"))
+        })
+        .unwrap_or(default)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("trainer") {
+        return trainer(&args);
+    }
+    coordinator(&args)
+}
+
+/// One trainer rank: stream the epochs, record every yielded sample, report the peak RSS.
+fn trainer(args: &[String]) -> ExitCode {
+    hetgen_data::tune_allocator();
+    let rank: u32 = flag(args, "--rank", 0);
+    let world: u32 = flag(args, "--world", 1);
+    let epochs: u32 = flag(args, "--epochs", 2);
+    let step_ms: u64 = flag(args, "--step-ms", 0);
+    let audit: PathBuf = flag(args, "--audit", PathBuf::from("audit.txt"));
+    let hosts: Vec<(String, u16)> = flag(args, "--hosts", String::new())
+        .split(',')
+        .map(|h| {
+            let (ip, port) = h.rsplit_once(':').expect("host:port");
+            (ip.to_owned(), port.parse().expect("a port"))
+        })
+        .collect();
+    let mut config = ClientConfig::new(format!("soak-trainer/rank-{rank}"), TOKEN.to_owned());
+    config.connect_timeout = Duration::from_secs(30);
+    config.stall_timeout = Duration::from_secs(10);
+    config.heartbeat = Duration::from_millis(500);
+    let client = match Client::connect(&hosts, SHAPE, config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("trainer {rank}: cannot connect: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let input = InputConfig {
+        seed: SEED,
+        samples_per_epoch: client.samples_per_epoch(),
+        shard_size: SHARD_SIZE,
+        batch_size: BATCH_SIZE,
+        epochs: Some(epochs),
+        rank,
+        world,
+        deterministic: false,
+    };
+    let mut file = AuditFile::open(&audit).expect("the audit file opens");
+    let mut stream = client.stream(input, None);
+    while let Some(batch) = stream.next_batch() {
+        match batch {
+            Ok(batch) => file.record(&batch).expect("the audit file is writable"),
+            Err(e) => {
+                eprintln!("trainer {rank}: stream failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        if step_ms > 0 {
+            std::thread::sleep(Duration::from_millis(step_ms));
+        }
+    }
+    drop(file);
+    println!(
+        "peak_rss_kib {}",
+        peak_rss_kib(std::process::id()).unwrap_or(0)
+    );
+    ExitCode::SUCCESS
+}
+
+/// `VmHWM` of a live process, KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A small xorshift generator: the soak's random choices, reproducible from `--seed`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Everything about one process the soak started.
+struct Proc {
+    name: String,
+    child: Child,
+    peak_kib: u64,
+    killed: bool,
+}
+
+impl Proc {
+    fn sample(&mut self) {
+        if let Some(kib) = peak_rss_kib(self.child.id()) {
+            self.peak_kib = self.peak_kib.max(kib);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    rounds: u32,
+    failed_rounds: u32,
+    kills: u32,
+    epochs: u64,
+    samples: u64,
+    lost: u64,
+    duplicated: u64,
+    unexpected: u64,
+    /// role → peak RSS of each of its processes, KiB.
+    peaks: BTreeMap<&'static str, Vec<u64>>,
+}
+
+fn coordinator(args: &[String]) -> ExitCode {
+    let minutes: f64 = flag(args, "--minutes", 10.0);
+    let servers: usize = flag(args, "--servers", 3);
+    let trainers: u32 = flag(args, "--trainers", 2);
+    let epochs: u32 = flag(args, "--epochs", 3);
+    let step_ms: u64 = flag(args, "--step-ms", 10);
+    let mut rng = Rng(flag(args, "--seed", 0x9e37_79b9_7f4a_7c15u64) | 1);
+    let me = std::env::current_exe().expect("the soak's own path");
+    let server_bin = me
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("hetgen-data-server"))
+        .filter(|p| p.exists())
+        .expect("hetgen-data-server next to examples/ (cargo build -p hetgen-data --bins)");
+
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let port = 31_000 + (std::process::id() % 2_000) as u16;
+    let net = 100 + (std::process::id() % 100) as u8;
+    let hosts = setup(dir.path(), servers, net);
+    let deadline = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    // Kills fall within the first 80% of a round, judged by the round before.
+    let mut last_round = Duration::from_secs(10);
+    eprintln!(
+        "soak: {servers} data servers, {trainers} trainer ranks, {epochs} epochs of {SAMPLES} samples a round, for {minutes} min"
+    );
+    while Instant::now() < deadline {
+        totals.rounds += 1;
+        let round = totals.rounds;
+        let round_started = Instant::now();
+        let mut procs: Vec<Proc> = hosts
+            .iter()
+            .map(|(host, _)| {
+                let child = Command::new(&server_bin)
+                    .env("SAGEMAKER_BASE_DIR", dir.path().join(host))
+                    .env("HETGEN_JOB_FILE", dir.path().join("job.json"))
+                    .env("HETGEN_JOB_TOKEN", TOKEN)
+                    .env("HETGEN_HOSTS_FILE", dir.path().join("hosts.txt"))
+                    .env("HETGEN_DATA_PORT", port.to_string())
+                    .env("HETGEN_WATCHDOG_S", "30")
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("a data server starts");
+                Proc {
+                    name: host.clone(),
+                    child,
+                    peak_kib: 0,
+                    killed: false,
+                }
+            })
+            .collect();
+        let host_list = hosts
+            .iter()
+            .map(|(_, ip)| format!("{ip}:{port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut ranks: Vec<Proc> = (0..trainers)
+            .map(|rank| {
+                let audit = dir.path().join(format!("audit-{round}-{rank}.txt"));
+                let child = Command::new(&me)
+                    .args(["trainer", "--rank", &rank.to_string()])
+                    .args(["--world", &trainers.to_string()])
+                    .args(["--epochs", &epochs.to_string()])
+                    .args(["--step-ms", &step_ms.to_string()])
+                    .args(["--hosts", &host_list])
+                    .arg("--audit")
+                    .arg(&audit)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("a trainer starts");
+                Proc {
+                    name: format!("rank-{rank}"),
+                    child,
+                    peak_kib: 0,
+                    killed: false,
+                }
+            })
+            .collect();
+
+        // Kill up to all servers but one, at random moments while the trainers stream.
+        let planned = rng.below(servers as u64) as usize;
+        let window = (last_round.as_millis() as u64 * 4 / 5).max(1_000);
+        let mut kill_at: Vec<Instant> = (0..planned)
+            .map(|_| Instant::now() + Duration::from_millis(200 + rng.below(window)))
+            .collect();
+        kill_at.sort();
+        let mut statuses = vec![None; ranks.len()];
+        while statuses.iter().any(Option::is_none) {
+            for p in procs.iter_mut().chain(ranks.iter_mut()) {
+                p.sample();
+            }
+            for (i, r) in ranks.iter_mut().enumerate() {
+                if statuses[i].is_none() {
+                    statuses[i] = r.child.try_wait().expect("wait on a trainer");
+                }
+            }
+            if kill_at.first().is_some_and(|t| Instant::now() >= *t) {
+                kill_at.remove(0);
+                let alive: Vec<usize> = (0..procs.len()).filter(|&i| !procs[i].killed).collect();
+                if alive.len() > 1 {
+                    let victim = alive[rng.below(alive.len() as u64) as usize];
+                    procs[victim].sample();
+                    procs[victim].child.kill().expect("SIGKILL a data server");
+                    procs[victim].child.wait().expect("reap it");
+                    procs[victim].killed = true;
+                    totals.kills += 1;
+                    eprintln!(
+                        "round {round}: killed {} at {:.1} s",
+                        procs[victim].name,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for p in procs.iter_mut().filter(|p| !p.killed) {
+            p.sample();
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        let mut ok = true;
+        for (r, status) in ranks.iter_mut().zip(&statuses) {
+            let mut out = String::new();
+            if let Some(stdout) = r.child.stdout.take() {
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    out.push_str(&line);
+                }
+            }
+            // The trainer's own reading is the exact peak; the sampled one is a lower bound.
+            if let Some(kib) = out
+                .strip_prefix("peak_rss_kib ")
+                .and_then(|v| v.trim().parse().ok())
+            {
+                r.peak_kib = r.peak_kib.max(kib);
+            }
+            if !status.is_some_and(|s| s.success()) {
+                ok = false;
+                eprintln!("round {round}: {} failed ({status:?})", r.name);
+            }
+        }
+        if !ok {
+            totals.failed_rounds += 1;
+        }
+        last_round = round_started.elapsed();
+        check_round(dir.path(), round, trainers, epochs, &mut totals);
+        for p in &procs {
+            totals
+                .peaks
+                .entry("data server")
+                .or_default()
+                .push(p.peak_kib);
+        }
+        for r in &ranks {
+            totals.peaks.entry("trainer").or_default().push(r.peak_kib);
+        }
+        eprintln!(
+            "round {round} done at {:.0} s: {} kills so far, lost {}, duplicated {}",
+            started.elapsed().as_secs_f64(),
+            totals.kills,
+            totals.lost,
+            totals.duplicated
+        );
+    }
+    report(&totals, started.elapsed(), servers, trainers, epochs)
+}
+
+/// Job file, SageMaker trees and hosts file for `servers` data hosts; their (name, address).
+fn setup(dir: &Path, servers: usize, net: u8) -> Vec<(String, String)> {
+    let job = hetgen_spec::check("soak.toml", &spec())
+        .job
+        .expect("the soak spec is valid");
+    let job_file = serde_json::json!({
+        "generated_by": "soak", "spec": "soak.toml", "spec_sha256": "", "job": job,
+    });
+    std::fs::write(dir.join("job.json"), job_file.to_string()).unwrap();
+    let data: Vec<String> = (1..=servers).map(|i| format!("algo-{i}")).collect();
+    let trainer = format!("algo-{}", servers + 1);
+    let mut all = data.clone();
+    all.push(trainer.clone());
+    let mut hosts_txt = String::new();
+    let mut out = Vec::new();
+    for (i, host) in all.iter().enumerate() {
+        let ip = format!("127.{net}.0.{}", i + 1);
+        hosts_txt.push_str(&format!("{ip} {host}\n"));
+        if *host != trainer {
+            out.push((host.clone(), ip));
+        }
+        let config = serde_json::json!({
+            "current_group_name": if *host == trainer { "dnn_group" } else { "data_group" },
+            "current_host": host,
+            "current_instance_type": "ml.c5.xlarge",
+            "hosts": all,
+            "instance_groups": [
+                {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": data},
+                {"instance_group_name": "dnn_group", "instance_type": "ml.m5.xlarge", "hosts": [trainer]},
+            ],
+            "network_interface_name": "eth0",
+        });
+        let tree = dir.join(host).join("input/config");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::write(tree.join("resourceconfig.json"), config.to_string()).unwrap();
+    }
+    std::fs::write(dir.join("hosts.txt"), hosts_txt).unwrap();
+    out
+}
+
+/// Compare what the trainers of `round` yielded with the epoch plan, epoch by epoch.
+fn check_round(dir: &Path, round: u32, trainers: u32, epochs: u32, totals: &mut Totals) {
+    let mut seen: HashMap<(u32, u64), u32> = HashMap::new();
+    for rank in 0..trainers {
+        let path = dir.join(format!("audit-{round}-{rank}.txt"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if let (Some(e), Some(id)) = (words.next(), words.next())
+                && let (Ok(e), Ok(id)) = (e.parse(), id.parse())
+            {
+                *seen.entry((e, id)).or_default() += 1;
+            }
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    for epoch in 0..epochs {
+        let mut expected = 0u64;
+        for rank in 0..trainers {
+            let plan = EpochPlan::new(SEED, epoch, SAMPLES, SHARD_SIZE, rank, trainers);
+            for id in plan.shards.iter().flat_map(|s| &s.sample_ids) {
+                expected += 1;
+                match seen.remove(&(epoch, *id)) {
+                    None => totals.lost += 1,
+                    Some(n) => totals.duplicated += u64::from(n - 1),
+                }
+            }
+        }
+        totals.epochs += 1;
+        totals.samples += expected;
+    }
+    totals.unexpected += seen.values().map(|&n| u64::from(n)).sum::<u64>();
+}
+
+fn report(t: &Totals, took: Duration, servers: usize, trainers: u32, epochs: u32) -> ExitCode {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "soak: {:.1} min, {} rounds ({} with a failed trainer), {servers} servers and {trainers} trainer ranks a round, {epochs} epochs a round",
+        took.as_secs_f64() / 60.0,
+        t.rounds,
+        t.failed_rounds
+    );
+    let _ = writeln!(
+        out,
+        "data servers killed: {}; epochs checked: {}; samples checked: {}",
+        t.kills, t.epochs, t.samples
+    );
+    let _ = writeln!(
+        out,
+        "lost: {}; duplicated: {}; not in the plan: {}",
+        t.lost, t.duplicated, t.unexpected
+    );
+    for (role, peaks) in &t.peaks {
+        let mut sorted = peaks.clone();
+        sorted.sort_unstable();
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0);
+        let max = sorted.last().copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "peak RSS per {role} process: median {:.1} MiB, max {:.1} MiB ({} processes)",
+            mib(median),
+            mib(max),
+            sorted.len()
+        );
+    }
+    if t.lost == 0 && t.duplicated == 0 && t.unexpected == 0 && t.failed_rounds == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
