@@ -261,14 +261,18 @@ class Loader:
         """Stop streaming (this process only; the data servers keep serving other ranks)."""
         self._native.close()
 
-    def shutdown(self, reason: str = "training finished") -> None:
-        """Stop the job's data servers (remote mode; in local mode the same as :meth:`close`).
+    def shutdown(self, reason: str = "training finished", failed: bool = False) -> None:
+        """Tell the data servers training is over (remote mode; in local mode the same as
+        :meth:`close`).
 
-        Call it once, when every rank has finished: in a multi-rank job, rank 0 after
-        ``torch.distributed.barrier()``. A server that is not told still exits by its
-        watchdog once no trainer has been heard from (``HETGEN_WATCHDOG_S``).
+        Inside a job this says "this trainer host finished": a server stops once every trainer
+        host of the job has finished (the launcher also says so for its host when the script
+        ends, so a script need not call this at all), or at once when ``failed``. Outside a job
+        the servers stop at once: call it when every rank is done (rank 0 after
+        ``torch.distributed.barrier()``). A server that is never told exits by its watchdog
+        once no trainer has been heard from (``HETGEN_WATCHDOG_S``).
         """
-        for host, why in self._native.shutdown(reason):
+        for host, why in self._native.shutdown(reason, failed):
             log.warning("could not tell data server %s to stop (%s); its watchdog will", host, why)
 
     def __enter__(self) -> Loader:
@@ -278,7 +282,7 @@ class Loader:
         # DDP ranks step together, so when rank 0 leaves its loop every rank has its batches.
         if self.rank == 0:
             reason = "training finished" if error is None else f"trainer failed: {error}"
-            self.shutdown(reason)
+            self.shutdown(reason, failed=error is not None)
         else:
             self.close()
 

@@ -57,6 +57,9 @@ struct State {
 pub struct NativeLoader {
     job: Job,
     input: Input,
+    /// This trainer host, when the loader runs inside a job: its Shutdown then says "this host
+    /// finished" and the servers wait for the job's other trainer hosts.
+    host: Option<String>,
     config: InputConfig,
     prefetch: usize,
     state: Mutex<State>,
@@ -144,6 +147,7 @@ impl NativeLoader {
                 config.stall_timeout = t;
             }
         };
+        let host = env.as_ref().map(|env| env.host().to_owned());
         let input = if remote {
             let client = connect(py, &job, env.as_ref(), hosts, token, rank, trainer_id, tune)?;
             Input::Remote(Arc::new(client))
@@ -182,7 +186,7 @@ impl NativeLoader {
             epochs,
             rank,
             world: world_size,
-            deterministic: deterministic.unwrap_or(job.trainer.deterministic),
+            deterministic: deterministic.unwrap_or(job.trainer.deterministic()),
         };
         let audit = AuditFile::from_env().map_err(|e| {
             ConfigurationError::new_err(format!(
@@ -193,6 +197,7 @@ impl NativeLoader {
         Ok(Self {
             job,
             input,
+            host,
             config,
             prefetch,
             state: Mutex::new(State {
@@ -417,15 +422,27 @@ impl NativeLoader {
         state.stream = None;
     }
 
-    /// Tell every data server of the job to stop (remote; nothing to do when local). Returns
-    /// the hosts that could not be told, with why.
-    fn shutdown(&self, py: Python<'_>, reason: String) -> PyResult<Vec<(String, String)>> {
+    /// Tell every data server of the job that training is over (remote; nothing to do when
+    /// local). Inside a job this says "this trainer host finished" (`failed`: its training
+    /// failed), and a server stops once every trainer host of the job has finished; outside a
+    /// job the servers stop at once. Returns the hosts that could not be told, with why.
+    #[pyo3(signature = (reason, failed=false))]
+    fn shutdown(
+        &self,
+        py: Python<'_>,
+        reason: String,
+        failed: bool,
+    ) -> PyResult<Vec<(String, String)>> {
         self.close();
         match &self.input {
             Input::Local(_) => Ok(Vec::new()),
             Input::Remote(client) => {
                 let client = client.clone();
-                wait::run(py, "hetgen-shutdown", move || client.shutdown(&reason))
+                let host = self.host.clone();
+                wait::run(py, "hetgen-shutdown", move || match host {
+                    Some(host) => client.finished(&host, failed, &reason),
+                    None => client.shutdown(&reason),
+                })
             }
         }
     }

@@ -108,6 +108,7 @@ pub fn run_data_role(
     )?);
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     config.watchdog = watchdog;
+    config.trainer_hosts = crate::client::trainer_hosts(job, env);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

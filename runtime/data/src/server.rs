@@ -31,7 +31,7 @@
 //! trainer at most `max_streams_per_trainer` times that; the HTTP/2 windows only bound what is
 //! in the kernel's buffers and the client's.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -135,6 +135,9 @@ pub struct ServerConfig {
     pub max_unacked_per_trainer: usize,
     /// How often to log the server's counters.
     pub log_every: Duration,
+    /// The job's trainer hosts. A Shutdown naming one of them stops the server only once all
+    /// have finished; empty: every Shutdown stops it at once.
+    pub trainer_hosts: Vec<String>,
 }
 
 impl ServerConfig {
@@ -150,6 +153,7 @@ impl ServerConfig {
             max_streams_per_trainer: 2 * max_inflight_shards as usize + 2,
             max_unacked_per_trainer: 4096,
             log_every: Duration::from_secs(10),
+            trainer_hosts: Vec::new(),
         }
     }
 }
@@ -195,6 +199,8 @@ struct Shared {
     stop: watch::Sender<Option<StopReason>>,
     /// Per trainer: its open streams and the shards streamed and not yet acknowledged.
     trainers: Mutex<HashMap<String, Trainer>>,
+    /// Trainer hosts that said they finished.
+    finished: Mutex<BTreeSet<String>>,
     samples_served: AtomicU64,
     queued: AtomicU32,
     rate: Mutex<(Instant, u64)>,
@@ -204,6 +210,25 @@ struct Shared {
 impl Shared {
     fn touch(&self) {
         *self.last_contact.lock().expect("lock poisoned") = Instant::now();
+    }
+
+    /// Record that trainer host `host` finished (none named: the caller speaks for every
+    /// host); the trainer hosts still training, empty when the server should stop.
+    fn finished(&self, host: &str, failed: bool) -> Vec<String> {
+        if host.is_empty() || failed || self.config.trainer_hosts.is_empty() {
+            return Vec::new();
+        }
+        let mut finished = self.finished.lock().expect("lock poisoned");
+        // Only the job's own hosts count (and the set stays as small as the job).
+        if self.config.trainer_hosts.iter().any(|h| h == host) {
+            finished.insert(host.to_owned());
+        }
+        self.config
+            .trainer_hosts
+            .iter()
+            .filter(|h| !finished.contains(*h))
+            .cloned()
+            .collect()
     }
 
     fn request_stop(&self, reason: StopReason) {
@@ -662,10 +687,20 @@ impl DataService for Service {
         &self,
         request: Request<ShutdownRequest>,
     ) -> Result<Response<ShutdownResponse>, Status> {
-        let reason = request.into_inner().reason;
-        tracing::info!(reason = %LogId(&reason), "shutdown requested by a trainer");
-        self.0.request_stop(StopReason::Shutdown(reason));
-        Ok(Response::new(ShutdownResponse {}))
+        let request = request.into_inner();
+        let reason = request.reason;
+        let waiting_for = self.0.finished(&request.trainer_host, request.failed);
+        if waiting_for.is_empty() {
+            tracing::info!(reason = %LogId(&reason), "shutdown requested by a trainer");
+            self.0.request_stop(StopReason::Shutdown(reason));
+        } else {
+            tracing::info!(
+                host = %LogId(&request.trainer_host),
+                waiting_for = ?waiting_for,
+                "a trainer host finished; serving the others"
+            );
+        }
+        Ok(Response::new(ShutdownResponse { waiting_for }))
     }
 }
 
@@ -782,6 +817,7 @@ pub async fn serve(
         stopping: AtomicBool::new(false),
         stop: stop_tx,
         trainers: Mutex::new(HashMap::new()),
+        finished: Mutex::new(BTreeSet::new()),
         samples_served: AtomicU64::new(0),
         queued: AtomicU32::new(0),
         rate: Mutex::new((Instant::now(), 0)),

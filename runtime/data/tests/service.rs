@@ -189,6 +189,7 @@ fn a_wrong_token_gets_unauthenticated_and_no_data() {
     assert_eq!(stream.unwrap_err().code(), Code::Unauthenticated);
     let shutdown = rt.block_on(client.shutdown(ShutdownRequest {
         reason: "evil".into(),
+        ..Default::default()
     }));
     assert_eq!(shutdown.unwrap_err().code(), Code::Unauthenticated);
     assert!(
@@ -341,6 +342,7 @@ fn a_shard_cut_short_by_a_stop_ends_unavailable_never_ok() {
         } else {
             rt.block_on(client.shutdown(ShutdownRequest {
                 reason: "done".into(),
+                ..Default::default()
             }))
             .unwrap();
         }
@@ -521,4 +523,34 @@ fn unacknowledged_shards_are_remembered_up_to_a_bound_per_trainer() {
     for shard in 2..6 {
         ack(shard).unwrap();
     }
+}
+
+#[test]
+fn a_server_stops_once_every_trainer_host_has_finished() {
+    let job = job();
+    let trainers = ["algo-3".to_owned(), "algo-4".to_owned()];
+    let server = TestServer::start(&job, "algo-1", |c| c.trainer_hosts = trainers.to_vec());
+    let client = connect(&job, &hosts(&[&server]));
+    // A fast host that finished does not cut the slow one off; a stranger does not count.
+    assert!(client.finished("algo-4", false, "done").is_empty());
+    assert!(client.finished("algo-9", false, "done").is_empty());
+    assert!(server.stopped_within(Duration::from_millis(500)).is_none());
+    // The slow one still streams.
+    let mut stream = client.stream(input(&job, &client, 1, true), None);
+    assert!(stream.next_batch().unwrap().is_ok());
+    drop(stream);
+    assert!(client.finished("algo-3", false, "done").is_empty());
+    assert_eq!(
+        server.stopped_within(Duration::from_secs(10)),
+        Some(StopReason::Shutdown("done".into()))
+    );
+
+    // A host whose training failed ends the job at once.
+    let server = TestServer::start(&job, "algo-2", |c| c.trainer_hosts = trainers.to_vec());
+    let client = connect(&job, &hosts(&[&server]));
+    assert!(client.finished("algo-3", true, "trainer failed").is_empty());
+    assert_eq!(
+        server.stopped_within(Duration::from_secs(10)),
+        Some(StopReason::Shutdown("trainer failed".into()))
+    );
 }

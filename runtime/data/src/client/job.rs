@@ -18,6 +18,16 @@ pub fn data_hosts(job: &Job, env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// The trainer hosts of the job, from resourceconfig.json, in host order: a data server stops
+/// once each of them has finished.
+pub fn trainer_hosts(job: &Job, env: &Env) -> Vec<String> {
+    job.groups
+        .iter()
+        .filter(|g| g.role == Role::Trainer)
+        .flat_map(|g| env.resources.hosts_of(&g.name))
+        .collect()
+}
+
 /// The name a trainer process gives the servers: `<host>/rank-<rank>`, stable across restarts.
 pub fn trainer_id(env: &Env, rank: u32) -> String {
     format!("{}/rank-{rank}", env.host())

@@ -22,7 +22,7 @@ use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
 pub use connect::resolve;
-pub use job::{connect_to_job, data_hosts, trainer_id};
+pub use job::{connect_to_job, data_hosts, trainer_hosts, trainer_id};
 
 /// The generated client with the job token attached to every call.
 pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
@@ -175,14 +175,31 @@ impl Client {
 
     /// Tell every server the job is over; returns the hosts that could not be told, with why.
     pub fn shutdown(&self, reason: &str) -> Vec<(String, String)> {
+        self.send_shutdown(ShutdownRequest {
+            reason: reason.to_owned(),
+            ..ShutdownRequest::default()
+        })
+    }
+
+    /// Tell every server that trainer host `host` finished (`failed`: its training failed). A
+    /// server stops once every trainer host of the job has finished, or at once on a failure;
+    /// returns the hosts that could not be told, with why.
+    pub fn finished(&self, host: &str, failed: bool, reason: &str) -> Vec<(String, String)> {
+        self.send_shutdown(ShutdownRequest {
+            reason: reason.to_owned(),
+            trainer_host: host.to_owned(),
+            failed,
+        })
+    }
+
+    fn send_shutdown(&self, request: ShutdownRequest) -> Vec<(String, String)> {
         let servers = self.servers.clone();
-        let reason = reason.to_owned();
         self.runtime.block_on(async move {
             let calls = servers.into_iter().map(|server| {
-                let reason = reason.clone();
+                let request = request.clone();
                 async move {
                     let mut client = server.client.clone();
-                    let call = client.shutdown(ShutdownRequest { reason });
+                    let call = client.shutdown(request);
                     match tokio::time::timeout(Duration::from_secs(2), call).await {
                         Ok(Ok(_)) => None,
                         Ok(Err(status)) => Some((server.host, status.message().to_owned())),
