@@ -292,9 +292,67 @@ pub enum Length {
     Epochs(u32),
 }
 
-/// The training loop.
+/// What the trainer group runs: hetgen's built-in libtorch trainer, or the user's own script
+/// under `torchrun`. In `job.json`: `"trainer": {"builtin": {…}}` or `{"script": {…}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Trainer {
+#[serde(rename_all = "snake_case")]
+pub enum Trainer {
+    /// `[trainer] model = …`: the built-in training loop, one trainer host.
+    Builtin(BuiltinTrainer),
+    /// `[trainer] script = …`: the user's script, on every host of the trainer group.
+    Script(ScriptTrainer),
+}
+
+impl Trainer {
+    /// The built-in trainer, if the job uses it.
+    pub fn builtin(&self) -> Option<&BuiltinTrainer> {
+        match self {
+            Trainer::Builtin(b) => Some(b),
+            Trainer::Script(_) => None,
+        }
+    }
+
+    /// The user's script, if the job runs one.
+    pub fn script(&self) -> Option<&ScriptTrainer> {
+        match self {
+            Trainer::Script(s) => Some(s),
+            Trainer::Builtin(_) => None,
+        }
+    }
+
+    /// Deterministic mode: kernels and batch order repeatable.
+    pub fn deterministic(&self) -> bool {
+        match self {
+            Trainer::Builtin(b) => b.deterministic,
+            Trainer::Script(s) => s.deterministic,
+        }
+    }
+}
+
+/// The user's training script, run under `torchrun` on every host of the trainer group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScriptTrainer {
+    /// The script, relative to `source_dir`, `/`-separated.
+    pub script: String,
+    /// The folder shipped with the script, as the spec wrote it, relative to the spec's
+    /// folder; `"."` by default.
+    pub source_dir: String,
+    /// Arguments after the script's path.
+    pub args: Vec<String>,
+    /// A pip requirements file, relative to `source_dir`.
+    pub requirements: Option<String>,
+    /// Processes per trainer host (`torchrun --nproc-per-node`): the GPUs of the trainer
+    /// group's instance type (at least 1) for `"gpu"`, or the number given.
+    pub processes_per_host: u32,
+    /// The PyTorch image the training image is built on.
+    pub base_image: String,
+    /// Deterministic mode.
+    pub deterministic: bool,
+}
+
+/// The built-in training loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuiltinTrainer {
     /// Model.
     pub model: Model,
     /// Steps or epochs.

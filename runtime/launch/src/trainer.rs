@@ -15,6 +15,12 @@ use crate::{Args, InputChoice};
 
 /// Train this job on this instance.
 pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<Summary, BoxError> {
+    let Some(trainer) = job.trainer.builtin() else {
+        return Err(
+            "script-mode trainer groups run the user's script under torchrun; this launcher predates it"
+                .into(),
+        );
+    };
     let hosts = data_hosts(job, env);
     let choice = match (args.input, hosts.is_empty()) {
         (Some(InputChoice::Remote), true) => {
@@ -32,7 +38,7 @@ pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<
     let options = Options {
         device: args.device,
     };
-    let epochs = match job.trainer.length {
+    let epochs = match trainer.length {
         Length::Epochs(n) => Some(n),
         Length::Steps(_) => None,
     };
@@ -44,7 +50,7 @@ pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<
         epochs,
         rank: 0,
         world: 1,
-        deterministic: job.trainer.deterministic,
+        deterministic: trainer.deterministic,
     };
     match choice {
         InputChoice::Local => {

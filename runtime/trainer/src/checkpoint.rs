@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use hetgen_pipeline::Position;
-use hetgen_spec::model::{Job, Model};
+use hetgen_spec::model::{BuiltinTrainer, Job, Model};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -53,12 +53,12 @@ pub(crate) struct Identity {
 
 impl Identity {
     /// The identity of a job's checkpoints.
-    pub fn of_job(job: &Job) -> Self {
+    pub fn of_job(job: &Job, trainer: &BuiltinTrainer) -> Self {
         Self {
-            model: job.trainer.model,
-            num_classes: job.trainer.num_classes,
+            model: trainer.model,
+            num_classes: trainer.num_classes,
             input_shape: job.pipeline.output_shape,
-            optimizer: Optimizer::state_kind(&job.trainer.optimizer).to_owned(),
+            optimizer: Optimizer::state_kind(&trainer.optimizer).to_owned(),
         }
     }
 

@@ -55,6 +55,11 @@ pub enum TrainError {
         "device `cuda` requested but libtorch sees no CUDA device (built without CUDA, or no GPU)"
     )]
     NoCuda,
+    /// The job runs the user's script, not the built-in trainer.
+    #[error(
+        "this job's trainer is a script (`[trainer] script = …`), run under `torchrun`, not the built-in trainer"
+    )]
+    NotBuiltin,
     /// A checkpoint exists but cannot be read back.
     #[error("checkpoint {} is corrupt: {why}", path.display())]
     CorruptCheckpoint {

@@ -41,7 +41,10 @@ pub fn evaluate(
 ) -> Result<Evaluation, TrainError> {
     let dir = model_file.parent().unwrap_or(Path::new("."));
     let info = ModelInfo::read(dir)?;
-    let placement = Placement::resolve(device.unwrap_or(job.trainer.device), Precision::Fp32)?;
+    let placement = Placement::resolve(
+        device.unwrap_or(job.trainer.builtin().map_or(Device::Auto, |t| t.device)),
+        Precision::Fp32,
+    )?;
     let mut replica = Replica::new(&info, placement.devices[0])?;
     replica.load(model_file).map_err(|why| TrainError::Model {
         path: model_file.to_owned(),

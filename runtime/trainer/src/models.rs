@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use hetgen_spec::model::{Job, Model, Stage};
+use hetgen_spec::model::{BuiltinTrainer, Job, Model, Stage};
 use serde::{Deserialize, Serialize};
 use tch::nn::{self, ModuleT};
 use tch::{TchError, Tensor};
@@ -39,8 +39,8 @@ pub struct Normalization {
 }
 
 impl ModelInfo {
-    /// The model a job trains.
-    pub fn of_job(job: &Job) -> Self {
+    /// The model a job's built-in trainer trains.
+    pub fn of_job(job: &Job, trainer: &BuiltinTrainer) -> Self {
         let normalize = job
             .pipeline
             .stages
@@ -54,8 +54,8 @@ impl ModelInfo {
             })
             .collect();
         Self {
-            model: job.trainer.model,
-            num_classes: job.trainer.num_classes,
+            model: trainer.model,
+            num_classes: trainer.num_classes,
             input_shape: job.pipeline.output_shape,
             normalize,
         }

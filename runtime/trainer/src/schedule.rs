@@ -15,7 +15,7 @@
 //! holds at `lr` until epoch 0 ends, then decays from there, so it stays continuous. The count is
 //! checkpointed, so a resumed run decays exactly like an uninterrupted one.
 
-use hetgen_spec::model::{Job, Length, Schedule, ScheduleName, Source};
+use hetgen_spec::model::{BuiltinTrainer, Job, Length, Schedule, ScheduleName, Source};
 
 /// A learning-rate schedule with its run length, when known.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,18 +41,14 @@ impl LrSchedule {
     }
 
     /// The schedule of a job, with the run length it can know before training.
-    pub fn for_job(job: &Job) -> Self {
-        let total = match job.trainer.length {
+    pub fn for_job(job: &Job, trainer: &BuiltinTrainer) -> Self {
+        let total = match trainer.length {
             Length::Steps(n) => Some(n),
             Length::Epochs(epochs) => {
                 batches_per_epoch(job).map(|batches| u64::from(epochs) * batches)
             }
         };
-        Self::new(
-            job.trainer.optimizer.lr,
-            job.trainer.lr_schedule.clone(),
-            total,
-        )
+        Self::new(trainer.optimizer.lr, trainer.lr_schedule.clone(), total)
     }
 
     /// Whether the run length is known.

@@ -44,8 +44,8 @@ pub fn train_observed(
     open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>,
     observe: &mut dyn FnMut(&StepRecord),
 ) -> Result<Summary, TrainError> {
-    let trainer = &job.trainer;
-    let info = ModelInfo::of_job(job);
+    let trainer = job.trainer.builtin().ok_or(TrainError::NotBuiltin)?;
+    let info = ModelInfo::of_job(job, trainer);
     let placement =
         Placement::resolve(options.device.unwrap_or(trainer.device), trainer.precision)?;
     if placement.is_cuda() {
@@ -54,8 +54,8 @@ pub fn train_observed(
     }
     let mut replicas = Replicas::new(&info, &placement, job.seed)?;
     let mut optimizer = Optimizer::new(&trainer.optimizer, &replicas.named_params())?;
-    let mut schedule = LrSchedule::for_job(job);
-    let identity = Identity::of_job(job);
+    let mut schedule = LrSchedule::for_job(job, trainer);
+    let identity = Identity::of_job(job, trainer);
     tracing::info!(
         model = model_name(trainer.model),
         device = placement.name(),

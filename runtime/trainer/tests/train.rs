@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{CLASSES, Squares, job, paths, run, run_with};
+use common::{CLASSES, Squares, builtin, job, paths, run, run_with};
 use hetgen_spec::model::{Length, Model, OptimizerName};
 use hetgen_trainer::{MODEL_FILE, StepRecord, Summary, TrainError, step_line};
 use regex::Regex;
@@ -97,17 +97,17 @@ fn same_seed_same_losses() {
 fn resumed_run_matches_uninterrupted_run() {
     // mnist-cnn has dropout (torch's RNG), SGD with momentum has state: both must resume exactly.
     let mut full = job(Model::MnistCnn, 14);
-    full.trainer.optimizer.name = OptimizerName::Sgd;
-    full.trainer.optimizer.lr = 0.05;
-    full.trainer.optimizer.momentum = 0.9;
-    full.trainer.optimizer.weight_decay = 1e-4;
-    full.trainer.checkpoint_every = Some(4);
+    builtin(&mut full).optimizer.name = OptimizerName::Sgd;
+    builtin(&mut full).optimizer.lr = 0.05;
+    builtin(&mut full).optimizer.momentum = 0.9;
+    builtin(&mut full).optimizer.weight_decay = 1e-4;
+    builtin(&mut full).checkpoint_every = Some(4);
     let a = tempfile::tempdir().unwrap();
     let (summary_a, losses_a, _) = run(&full, &paths(a.path()), 5).unwrap();
 
     let b = tempfile::tempdir().unwrap();
     let mut part = full.clone();
-    part.trainer.length = Length::Steps(6);
+    builtin(&mut part).length = Length::Steps(6);
     let (summary_b1, losses_b1, opened_b1) = run(&part, &paths(b.path()), 5).unwrap();
     assert_eq!(opened_b1, vec![None]);
     assert_eq!(summary_b1.steps, 6);
@@ -146,7 +146,7 @@ fn resumed_run_matches_uninterrupted_run() {
 #[test]
 fn epochs_end_with_the_stream() {
     let mut job = job(Model::Mlp, 0);
-    job.trainer.length = Length::Epochs(2);
+    builtin(&mut job).length = Length::Epochs(2);
     let dir = tempfile::tempdir().unwrap();
     let (summary, losses, _) = run(&job, &paths(dir.path()), 1).unwrap();
     assert_eq!(summary.steps, 32);
@@ -160,7 +160,7 @@ fn a_checkpoint_of_another_model_is_refused() {
     let job4 = job(Model::Mlp, 3);
     run(&job4, &paths(dir.path()), 1).unwrap();
     let mut job5 = job4.clone();
-    job5.trainer.num_classes = CLASSES + 1;
+    builtin(&mut job5).num_classes = CLASSES + 1;
     match run(&job5, &paths(dir.path()), 1) {
         Err(TrainError::ForeignCheckpoint { why, .. }) => {
             assert!(why.contains("num_classes"), "{why}")
@@ -216,8 +216,8 @@ fn bad_input_is_an_error_not_a_panic() {
 #[test]
 fn divergence_names_the_step() {
     let mut job = job(Model::Mlp, 50);
-    job.trainer.optimizer.name = OptimizerName::Sgd;
-    job.trainer.optimizer.lr = 1e12;
+    builtin(&mut job).optimizer.name = OptimizerName::Sgd;
+    builtin(&mut job).optimizer.lr = 1e12;
     let dir = tempfile::tempdir().unwrap();
     match run(&job, &paths(dir.path()), 1) {
         Err(TrainError::NonFinite { step, .. }) => assert!((1..=50).contains(&step)),
@@ -281,13 +281,13 @@ fn the_schedule_drives_each_step() {
     use hetgen_trainer::schedule::{LrSchedule, batches_per_epoch};
 
     let mut job = job(Model::Mlp, 0);
-    job.trainer.length = Length::Epochs(2);
-    job.trainer.lr_schedule.name = ScheduleName::Cosine;
-    job.trainer.lr_schedule.warmup_steps = 4;
-    job.trainer.lr_schedule.min_lr = 0.0;
+    builtin(&mut job).length = Length::Epochs(2);
+    builtin(&mut job).lr_schedule.name = ScheduleName::Cosine;
+    builtin(&mut job).lr_schedule.warmup_steps = 4;
+    builtin(&mut job).lr_schedule.min_lr = 0.0;
     // 256 samples in shards of 64, batches of 16: 16 batches an epoch, known from the spec.
     assert_eq!(batches_per_epoch(&job), Some(16));
-    let schedule = LrSchedule::for_job(&job);
+    let schedule = LrSchedule::for_job(&job, job.trainer.builtin().unwrap());
     assert!(schedule.knows_total());
 
     let _exclusive = common::exclusive();
@@ -305,7 +305,7 @@ fn the_schedule_drives_each_step() {
         &mut |r: &StepRecord| lrs.push(r.lr),
     )
     .unwrap();
-    let lr = job.trainer.optimizer.lr;
+    let lr = builtin(&mut job).optimizer.lr;
     assert_eq!(lrs.len(), 32);
     assert!((lrs[0] - lr / 4.0).abs() < 1e-12);
     assert!((lrs[3] - lr).abs() < 1e-12);

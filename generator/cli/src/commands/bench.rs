@@ -14,7 +14,7 @@ use hetgen_env::JobFile;
 use hetgen_local::supervise::Status;
 use hetgen_local::{CpuPolicy, Limits, Observer, RunOptions, StopRequests};
 use hetgen_spec::Job;
-use hetgen_spec::model::{Length, Role};
+use hetgen_spec::model::{Length, Role, Trainer};
 use serde::Serialize;
 
 use super::{build_launcher, ensure_fresh, render_spec};
@@ -65,14 +65,22 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
             "bench compares a job with data hosts against its trainer alone",
         ));
     }
+    let Some(trainer) = job.trainer.builtin() else {
+        return Err(bad(
+            "the job's trainer is a script",
+            "bench times the built-in trainer; time a script-mode job with `hetgen deploy --local`",
+        ));
+    };
     let job_root = args.out.join(&rendered.dir);
-    let steps = args.steps.unwrap_or(match job.trainer.length {
+    let steps = args.steps.unwrap_or(match trainer.length {
         Length::Steps(n) => n.min(200),
         Length::Epochs(_) => 100,
     });
     let mut hetero = job.clone();
-    hetero.trainer.length = Length::Steps(steps.max(1));
-    hetero.trainer.checkpoint_every = None;
+    if let Trainer::Builtin(trainer) = &mut hetero.trainer {
+        trainer.length = Length::Steps(steps.max(1));
+        trainer.checkpoint_every = None;
+    }
     let mut homo = hetero.clone();
     homo.groups.retain(|g| g.role == Role::Trainer);
     // The trainer host preprocesses alone now, so it needs every channel, including those the

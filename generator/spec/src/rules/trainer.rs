@@ -2,8 +2,8 @@
 
 use crate::check::Ctx;
 use crate::model::{
-    Device, Group, Length, Model, Optimizer, OptimizerName, Pipeline, Precision, Role, Schedule,
-    ScheduleName, Source, Trainer,
+    BuiltinTrainer, Device, Group, Length, Model, Optimizer, OptimizerName, Pipeline, Precision,
+    Role, Schedule, ScheduleName, Source, Trainer,
 };
 use crate::path;
 use crate::raw::RawSpec;
@@ -139,7 +139,7 @@ pub(super) fn trainer(
         "`log_every`",
     );
 
-    Some(Trainer {
+    Some(Trainer::Builtin(BuiltinTrainer {
         model: t.model,
         length: length?,
         num_classes: num_classes? as u32,
@@ -153,7 +153,7 @@ pub(super) fn trainer(
         },
         log_every: log_every? as u64,
         deterministic: t.deterministic.unwrap_or(false),
-    })
+    }))
 }
 
 /// The shapes each model takes: `mnist-cnn` is built for 28×28 grayscale, the ResNets for RGB

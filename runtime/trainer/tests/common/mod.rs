@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use hetgen_pipeline::{Batch, BatchStream, BoxError, Position};
-use hetgen_spec::model::{Job, Length, Model};
+use hetgen_spec::model::{BuiltinTrainer, Job, Length, Model, Trainer};
 use hetgen_trainer::{Options, Paths, StepRecord, Summary, TrainError};
 
 /// Image side of the fixture's samples.
@@ -58,10 +58,18 @@ pub fn job(model: Model, steps: u64) -> Job {
         .job
         .unwrap_or_else(|| panic!("the test spec validates: {:?}", checked.report));
     assert_eq!(job.pipeline.output_shape, [SIDE, SIDE, 1]);
-    assert_eq!(job.trainer.num_classes, CLASSES);
-    job.trainer.model = model;
-    job.trainer.length = Length::Steps(steps);
+    assert_eq!(builtin(&mut job).num_classes, CLASSES);
+    builtin(&mut job).model = model;
+    builtin(&mut job).length = Length::Steps(steps);
     job
+}
+
+/// The fixture job's built-in trainer settings, to change in a test.
+pub fn builtin(job: &mut Job) -> &mut BuiltinTrainer {
+    match &mut job.trainer {
+        Trainer::Builtin(trainer) => trainer,
+        Trainer::Script(_) => panic!("the fixture job uses the built-in trainer"),
+    }
 }
 
 /// Output folders of one run, under `root`.
@@ -267,7 +275,7 @@ pub fn run_with(
 
 /// The stream's epoch limit for `job`.
 pub fn epochs_of(job: &Job) -> Option<u32> {
-    match job.trainer.length {
+    match job.trainer.builtin().expect("a built-in trainer").length {
         Length::Epochs(e) => Some(e),
         Length::Steps(_) => None,
     }
