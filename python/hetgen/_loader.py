@@ -100,6 +100,8 @@ class Loader:
         prefetch: batches kept ready ahead of the training loop.
         connect_timeout, stall_timeout: seconds to keep trying an unreachable data host (default
             600), and after which a silent server's shards go to the others (default 60).
+        audit: record the batches in ``HETGEN_AUDIT_FILE`` when it is set (turn it off for an
+            evaluation loader, so the file holds the training run alone).
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class Loader:
         prefetch: int = 2,
         connect_timeout: float | None = None,
         stall_timeout: float | None = None,
+        audit: bool = True,
     ) -> None:
         # torchrun's variables, else one process.
         rank = rank if rank is not None else _env_int("RANK", 0)
@@ -142,6 +145,7 @@ class Loader:
             prefetch=prefetch,
             connect_timeout=connect_timeout,
             stall_timeout=stall_timeout,
+            audit=audit,
         )
         self._len = self._native.batches_per_epoch()
 

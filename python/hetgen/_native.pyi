@@ -37,6 +37,7 @@ class NativeLoader:
         connect_timeout: Optional[float] = None,
         stall_timeout: Optional[float] = None,
         trainer_id: Optional[str] = None,
+        audit: bool = True,
     ) -> None: ...
     mode: str
     hosts: list[str]

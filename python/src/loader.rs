@@ -75,7 +75,7 @@ impl NativeLoader {
     #[pyo3(signature = (
         *, spec=None, mode=None, hosts=None, token=None, channels=None, threads=None,
         rank=0, world_size=1, local_world_size=1, deterministic=None, epochs=None, prefetch=2,
-        connect_timeout=None, stall_timeout=None, trainer_id=None,
+        connect_timeout=None, stall_timeout=None, trainer_id=None, audit=true,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -95,6 +95,7 @@ impl NativeLoader {
         connect_timeout: Option<f64>,
         stall_timeout: Option<f64>,
         trainer_id: Option<String>,
+        audit: bool,
     ) -> PyResult<Self> {
         // The batches this process receives are tens of MB: glibc's defaults would map and
         // unmap (and page-fault) every one of them, which halves the stream's rate. The tuning
@@ -188,7 +189,12 @@ impl NativeLoader {
             world: world_size,
             deterministic: deterministic.unwrap_or(job.trainer.deterministic()),
         };
-        let audit = AuditFile::from_env().map_err(|e| {
+        let audit = if audit {
+            AuditFile::from_env()
+        } else {
+            Ok(None)
+        };
+        let audit = audit.map_err(|e| {
             ConfigurationError::new_err(format!(
                 "{}: cannot open the audit file: {e}",
                 hetgen_data::audit::AUDIT_FILE_VAR

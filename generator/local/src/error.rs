@@ -103,6 +103,19 @@ pub enum LocalError {
         )
     )]
     Launcher { path: PathBuf },
+    /// A script-mode job needs `torchrun` on this machine.
+    #[error("the job's trainer runs `{script}` under `torchrun`, which is not on PATH")]
+    #[diagnostic(
+        code("hetgen::local::no-torchrun"),
+        help(
+            "run from an environment with PyTorch and the hetgen wheel installed (`pip install torch dist/hetgen-*.whl`), or point HETGEN_TORCH_VENV at one"
+        )
+    )]
+    NoTorchrun { script: String },
+    /// The script's source folder is missing.
+    #[error("the trainer's `source_dir` `{}` is not a folder", path.display())]
+    #[diagnostic(code("hetgen::local::source-dir"))]
+    SourceDir { path: PathBuf },
     /// A host process could not be started.
     #[error("cannot start host `{host}` (`{}`)", program.display())]
     #[diagnostic(code(hetgen::local::spawn))]
@@ -122,6 +135,7 @@ impl LocalError {
             LocalError::NoCargo { .. }
                 | LocalError::RuntimeSource { .. }
                 | LocalError::Launcher { .. }
+                | LocalError::NoTorchrun { .. }
         )
     }
 }

@@ -125,7 +125,10 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .map(|sm| sm.environment.clone().into_iter().collect())
         .unwrap_or_default();
     variables.extend(options.env.iter().cloned());
-    let inherited = layout::inherited_environment(options.caller_env.clone());
+    let mut inherited = layout::inherited_environment(options.caller_env.clone());
+    if let Some(script) = job.trainer.script() {
+        script_environment(script, &options.spec_dir, &mut inherited, &mut variables)?;
+    }
     let port = variables
         .iter()
         .rev()
@@ -173,6 +176,65 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         launcher,
         limits: options.limits,
     })
+}
+
+/// What a script-mode trainer host needs on this machine: the spec's `source_dir` standing in
+/// for the image's `/opt/ml/code`, `torchrun` (with the hetgen wheel beside it) on PATH, a free
+/// rendezvous port, and gloo on the loopback interface every simulated host's address is on.
+fn script_environment(
+    script: &hetgen_spec::model::ScriptTrainer,
+    spec_dir: &Path,
+    inherited: &mut BTreeMap<String, String>,
+    variables: &mut Vec<(String, String)>,
+) -> Result<(), LocalError> {
+    let code = absolute(&spec_dir.join(&script.source_dir));
+    if !code.is_dir() {
+        return Err(LocalError::SourceDir { path: code });
+    }
+    let path = inherited.get("PATH").cloned().unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    if !dirs.iter().any(|d| d.join("torchrun").is_file()) {
+        // The project's PyTorch venv (`scripts/torch-env.sh`) stands in for the image.
+        let venv = std::env::var_os("HETGEN_TORCH_VENV")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hetgen/torch"))
+            });
+        match venv
+            .map(|v| v.join("bin"))
+            .filter(|b| b.join("torchrun").is_file())
+        {
+            Some(bin) => dirs.insert(0, bin),
+            None => {
+                return Err(LocalError::NoTorchrun {
+                    script: script.script.clone(),
+                });
+            }
+        }
+    }
+    let path = std::env::join_paths(dirs).map_err(|_| LocalError::NoTorchrun {
+        script: script.script.clone(),
+    })?;
+    inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+    let rendezvous = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(hetgen_env::DEFAULT_RENDEZVOUS_PORT);
+    // The caller's and the spec's settings win: they come later.
+    let mut ours = vec![
+        (
+            hetgen_env::CODE_DIR_VAR.to_owned(),
+            code.display().to_string(),
+        ),
+        (
+            hetgen_env::RENDEZVOUS_PORT_VAR.to_owned(),
+            rendezvous.to_string(),
+        ),
+        ("GLOO_SOCKET_IFNAME".to_owned(), "lo".to_owned()),
+    ];
+    ours.append(variables);
+    *variables = ours;
+    Ok(())
 }
 
 impl LocalJob {

@@ -41,6 +41,15 @@ pub const DEFAULT_DATA_PORT: u16 = 16000;
 pub const WATCHDOG_VAR: &str = "HETGEN_WATCHDOG_S";
 /// Environment variable naming a file that records every sample a trainer consumed (tests).
 pub const AUDIT_FILE_VAR: &str = "HETGEN_AUDIT_FILE";
+/// Script mode: the folder holding the user's source (`/opt/ml/code` in the image, SageMaker's
+/// convention; the spec's `source_dir` on a local run).
+pub const CODE_DIR_VAR: &str = "HETGEN_CODE_DIR";
+/// Where script-mode images keep the user's source.
+pub const DEFAULT_CODE_DIR: &str = "/opt/ml/code";
+/// Script mode: the port of `torchrun`'s rendezvous on the trainer group's first host.
+pub const RENDEZVOUS_PORT_VAR: &str = "HETGEN_RENDEZVOUS_PORT";
+/// `torchrun`'s own default rendezvous port.
+pub const DEFAULT_RENDEZVOUS_PORT: u16 = 29500;
 
 /// `SM_CHANNEL_<NAME>`: the variable holding channel `name`'s folder, as the training toolkit
 /// names it (upper case, `-` as `_`).

@@ -6,20 +6,25 @@
 //! group, and runs its role:
 //!
 //! - **data**: [`hetgen_data::role::run_data_role`] — serve batches until the trainer says stop.
-//! - **trainer**: [`trainer::run`] — train on batches from every data host (heterogeneous) or
-//!   from the same pipeline on its own cores (homogeneous), then shut the data hosts down.
+//! - **trainer**, built-in `model`: [`trainer::run`] — train on batches from every data host
+//!   (heterogeneous) or from the same pipeline on its own cores (homogeneous), then shut the
+//!   data hosts down. Needs the default feature `builtin-trainer` (libtorch).
+//! - **trainer**, `script`: [`script::run`] — the user's script under `torchrun` on every host
+//!   of the trainer group; the data servers stop once every trainer host has finished.
 //!
 //! A failure exits non-zero with its reason in `/opt/ml/output/failure`, where SageMaker
 //! reports it as the job's FailureReason.
 
 mod args;
+pub mod script;
+#[cfg(feature = "builtin-trainer")]
 pub mod trainer;
 
 use std::process::ExitCode;
 
 pub use args::{Args, InputChoice};
 pub use hetgen_pipeline::{BoxError, Image, Params, SampleRng, Stage, StageRegistry};
-use hetgen_spec::model::{Job, Role};
+use hetgen_spec::model::{Job, Role, Trainer};
 
 /// Run the role of this instance; the launcher's `main` returns this.
 pub fn launch(stages: StageRegistry) -> ExitCode {
@@ -53,7 +58,11 @@ pub fn launch(stages: StageRegistry) -> ExitCode {
             let reason = format!("{} ({}): {e}", env.host(), env.group());
             eprintln!("launcher: error: {reason}");
             hetgen_env::write_failure(&env.paths, &reason);
-            ExitCode::FAILURE
+            // A training script's own exit status is the host's.
+            match e.downcast_ref::<script::ScriptFailed>() {
+                Some(failed) => ExitCode::from(failed.code),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -75,16 +84,36 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
             let reason = hetgen_data::role::run_data_role(job, env, stages)?;
             Ok(format!("data server stopped: {reason}"))
         }
-        Role::Trainer => {
-            let summary = trainer::run(job, env, stages, args)?;
-            Ok(format!(
-                "training finished: {} steps, {:.1} samples/s, stall {:.1} %",
-                summary.steps,
-                summary.samples_per_s,
-                summary.stall_fraction * 100.0
-            ))
-        }
+        Role::Trainer => match &job.trainer {
+            Trainer::Script(script) => script::run(job, script, env),
+            Trainer::Builtin(_) => builtin(job, env, stages, args),
+        },
     }
+}
+
+#[cfg(feature = "builtin-trainer")]
+fn builtin(
+    job: &Job,
+    env: &hetgen_env::Env,
+    stages: &StageRegistry,
+    args: &Args,
+) -> Result<String, BoxError> {
+    let summary = trainer::run(job, env, stages, args)?;
+    Ok(format!(
+        "training finished: {} steps, {:.1} samples/s, stall {:.1} %",
+        summary.steps,
+        summary.samples_per_s,
+        summary.stall_fraction * 100.0
+    ))
+}
+
+#[cfg(not(feature = "builtin-trainer"))]
+fn builtin(_: &Job, _: &hetgen_env::Env, _: &StageRegistry, _: &Args) -> Result<String, BoxError> {
+    Err(
+        "this launcher was built without the built-in trainer (a script-mode image), but the \
+         job trains a built-in `model`: render and build the image again"
+            .into(),
+    )
 }
 
 /// The role of group `group`. A one-group job runs on SageMaker as `homogeneousCluster`

@@ -23,6 +23,34 @@ pub async fn resolve(hosts: &HostsFile, host: &str, port: u16) -> std::io::Resul
         .ok_or_else(|| std::io::Error::other(format!("{host} has no address")))
 }
 
+/// [`resolve`] from synchronous code, retrying until `timeout`: SageMaker's host names resolve
+/// only once every instance of the job is up.
+pub fn resolve_blocking(host: &str, port: u16, timeout: Duration) -> std::io::Result<SocketAddr> {
+    let table = HostsFile::from_env().map_err(std::io::Error::other)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match resolve(&table, host, port).await {
+                Ok(address) => return Ok(address),
+                Err(e) if started.elapsed() >= timeout => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("cannot resolve {host} within {timeout:?}: {e}"),
+                    ));
+                }
+                Err(_) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    })
+}
+
 pub(super) async fn connect_all(
     hosts: &[(String, u16)],
     shape: [u32; 3],

@@ -21,7 +21,7 @@ use crate::auth::AttachToken;
 use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
-pub use connect::resolve;
+pub use connect::{resolve, resolve_blocking};
 pub use job::{connect_to_job, data_hosts, trainer_hosts, trainer_id};
 
 /// The generated client with the job token attached to every call.

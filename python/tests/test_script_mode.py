@@ -1,0 +1,132 @@
+"""Script mode end to end: `hetgen new --example pytorch`, `hetgen render`, `hetgen deploy
+--local` with two data hosts and two trainer hosts, the example's `train.py` under `torchrun`
+on each trainer host (gloo on the CPU, the project's torch environment standing in for the
+image)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import audit, binary
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def hetgen(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [binary("HETGEN_BIN"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def project(tmp_path: Path) -> Path:
+    made = hetgen("new", "digits", "--example", "pytorch", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    return tmp_path / "digits"
+
+
+def processes_of(folder: Path) -> list[int]:
+    """Processes whose environment names `folder` (every host's SAGEMAKER_BASE_DIR does)."""
+    found = []
+    needle = str(folder).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(tmp_path):
+    root = project(tmp_path)
+    rendered = hetgen("render", cwd=root)
+    assert rendered.returncode == 0, rendered.stderr
+    audit_file = tmp_path / "audit.txt"
+    run = hetgen(
+        "deploy", "--local", "--env", f"HETGEN_AUDIT_FILE={audit_file}", cwd=root, timeout=400
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Completed" in run.stdout + run.stderr
+    (metrics,) = root.glob("build/**/model/metrics.json")
+    report = json.loads(metrics.read_text())
+    assert report["ranks"] == 2
+    assert report["accuracy"] >= 0.90, report
+    # Both ranks together yielded every training sample of every epoch exactly once.
+    lines = audit(audit_file)
+    assert max(Counter(lines).values()) == 1
+    per_epoch = Counter(epoch for epoch, _ in lines)
+    assert per_epoch == {epoch: 1436 for epoch in range(report["epochs"])}
+    assert processes_of(root / "build") == []
+
+
+FAILING = """\
+import os
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    raise RuntimeError("rank 1 gives up on purpose")
+dist.barrier()
+"""
+
+
+def test_a_script_that_raises_on_one_host_fails_the_job_and_stops_every_host(tmp_path):
+    root = project(tmp_path)
+    (root / "train.py").write_text(FAILING)
+    assert hetgen("render", cwd=root).returncode == 0
+    started = time.monotonic()
+    run = hetgen("deploy", "--local", "--env", "HETGEN_WATCHDOG_S=600", cwd=root, timeout=300)
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output
+    assert "Failed" in output
+    assert "rank 1 gives up on purpose" in output
+    # Nobody waited for a watchdog: the failure ended every host.
+    assert time.monotonic() - started < 200
+    assert processes_of(root / "build") == []
+
+
+STREAMING = """\
+import hetgen
+
+loader = hetgen.Loader()
+print("streaming", flush=True)
+while True:
+    for batch in loader:
+        pass
+"""
+
+
+def test_data_servers_outlive_a_killed_trainer_only_until_their_watchdog(cluster_factory, tmp_path):
+    cluster = cluster_factory(data_hosts=2, extra_env={"HETGEN_WATCHDOG_S": "3"})
+    script = tmp_path / "stream_forever.py"
+    script.write_text(STREAMING)
+    trainer = subprocess.Popen(
+        [sys.executable, str(script)],
+        env={**os.environ, **cluster.trainer_env()},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert trainer.stdout.readline().strip() == "streaming"
+    time.sleep(1)
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    # No Shutdown ever came: each server stops by its watchdog, cleanly.
+    assert cluster.wait_stopped(30) == {"algo-1": 0, "algo-2": 0}
+    for log in cluster.logs.values():
+        assert "no trainer" in log.read_text() or "watchdog" in log.read_text()

@@ -1,0 +1,221 @@
+//! The trainer role in script mode: the user's own script under `torchrun`, on every host of
+//! the trainer group.
+//!
+//! Every trainer host starts `torchrun --nnodes N --node-rank R --nproc-per-node P
+//! --master-addr A --master-port PORT SCRIPT ARGS…` where N is the group's host count, R this
+//! host's index in the group's host list from `resourceconfig.json` (sorted, so every host
+//! computes the same ranks), P the spec's `processes_per_host`, and A the first host's address,
+//! resolved as the data client resolves hosts. The script finds everything `hetgen.Loader`
+//! needs in the environment it inherits (`SAGEMAKER_BASE_DIR`, `HETGEN_*`, `SM_*`), and
+//! `torchrun` adds `RANK`, `WORLD_SIZE`, `LOCAL_RANK`.
+//!
+//! `torchrun` runs in its own process group: SIGTERM or SIGINT to the launcher (how SageMaker
+//! stops a job) is passed to the whole group. When the script ends, however it ends, this host
+//! tells the data servers it finished; a server stops once every trainer host has (or at once
+//! when one failed), so one slow host is never cut off by a fast one, and no data instance
+//! bills after training. The script's exit status becomes the launcher's, and its last error
+//! lines the job's failure reason.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hetgen_data::client::{connect_to_job, data_hosts, resolve_blocking};
+use hetgen_env::Env;
+use hetgen_pipeline::BoxError;
+use hetgen_spec::model::{Job, ScriptTrainer};
+
+/// Lines of the script's stderr kept for the failure reason.
+const TAIL_LINES: usize = 12;
+/// SageMaker shows at most 1024 characters of a failure reason; leave room for the prefix.
+const TAIL_CHARS: usize = 800;
+
+/// The script failed: its exit status (128 + N for signal N) and what it last printed.
+#[derive(Debug, thiserror::Error)]
+#[error("training script `{script}` {how}{tail}")]
+pub struct ScriptFailed {
+    /// The status the launcher exits with.
+    pub code: u8,
+    script: String,
+    how: String,
+    tail: String,
+}
+
+/// Run this host's share of the script and tell the data servers when it is over.
+pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxError> {
+    let hosts = env.resources.hosts_of(env.group());
+    let node_rank = hosts.iter().position(|h| h == env.host()).ok_or_else(|| {
+        format!(
+            "{} is not among the hosts of its group `{}` in resourceconfig.json ({hosts:?})",
+            env.host(),
+            env.group()
+        )
+    })?;
+    let port = match std::env::var(hetgen_env::RENDEZVOUS_PORT_VAR) {
+        Ok(v) => v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+            format!(
+                "{}={v:?}: expected a TCP port number",
+                hetgen_env::RENDEZVOUS_PORT_VAR
+            )
+        })?,
+        Err(_) => hetgen_env::DEFAULT_RENDEZVOUS_PORT,
+    };
+    let master = resolve_blocking(&hosts[0], port, Duration::from_secs(600))
+        .map_err(|e| format!("the rendezvous host {}: {e}", hosts[0]))?;
+    let code_dir = std::env::var_os(hetgen_env::CODE_DIR_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(hetgen_env::DEFAULT_CODE_DIR));
+    let program = code_dir.join(&script.script);
+    if !program.is_file() {
+        return Err(format!(
+            "the training script {} does not exist (the image copies `source_dir` to {})",
+            program.display(),
+            code_dir.display()
+        )
+        .into());
+    }
+
+    let mut command = Command::new("torchrun");
+    command
+        .arg(format!("--nnodes={}", hosts.len()))
+        .arg(format!("--node-rank={node_rank}"))
+        .arg(format!("--nproc-per-node={}", script.processes_per_host))
+        .arg(format!("--master-addr={}", master.ip()))
+        .arg(format!("--master-port={port}"))
+        .arg(&program)
+        .args(&script.args)
+        .current_dir(&code_dir)
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    // Collective back ends pick the interface SageMaker set up, unless told otherwise.
+    let interface = &env.resources.network_interface_name;
+    for var in ["GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"] {
+        if std::env::var_os(var).is_none() && !interface.is_empty() {
+            command.env(var, interface);
+        }
+    }
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    tracing::info!(
+        hosts = hosts.len(),
+        node_rank,
+        processes = script.processes_per_host,
+        %master,
+        script = %program.display(),
+        "starting torchrun"
+    );
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
+    let group = child.id() as libc::pid_t;
+    let signals = forward_signals(group)?;
+
+    // The script's stderr goes on to ours as it comes; its last lines are kept.
+    let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let keep = tail.clone();
+    let copier = std::thread::spawn(move || {
+        let mut out = std::io::stderr();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(out, "{line}");
+            let mut tail = keep.lock().unwrap_or_else(|e| e.into_inner());
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+    });
+    let status = child.wait()?;
+    signals.close();
+    let _ = copier.join();
+
+    let failed = !status.success();
+    let reason = if failed {
+        format!("{} training failed ({status})", env.host())
+    } else {
+        format!("{} finished training", env.host())
+    };
+    tell_data_servers(job, env, failed, &reason);
+    if !failed {
+        return Ok(format!(
+            "training script finished ({} host(s) × {} process(es))",
+            hosts.len(),
+            script.processes_per_host
+        ));
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let (code, how) = match (status.code(), status.signal()) {
+        (Some(code), _) => (
+            code.clamp(1, 255) as u8,
+            format!("exited with status {code}"),
+        ),
+        (None, Some(signal)) => (
+            (128 + signal).clamp(1, 255) as u8,
+            format!("was killed by signal {signal}"),
+        ),
+        (None, None) => (1, "failed".to_owned()),
+    };
+    let lines: Vec<String> = tail
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect();
+    let mut text = lines.join("\n");
+    if text.len() > TAIL_CHARS {
+        let mut cut = text.len() - TAIL_CHARS;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text = format!("…{}", &text[cut..]);
+    }
+    Err(Box::new(ScriptFailed {
+        code,
+        script: script.script.clone(),
+        how,
+        tail: if text.is_empty() {
+            String::new()
+        } else {
+            format!(":\n{text}")
+        },
+    }))
+}
+
+/// This host finished: every data server is told (best effort; a server not told exits by its
+/// watchdog).
+fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str) {
+    if data_hosts(job, env).is_empty() {
+        return;
+    }
+    let id = format!("{}/launcher", env.host());
+    match connect_to_job(job, env, id, |c| {
+        c.connect_timeout = Duration::from_secs(30)
+    }) {
+        Ok(client) => {
+            for (host, why) in client.finished(env.host(), failed, reason) {
+                tracing::warn!(%host, %why, "could not tell a data server this host finished (its watchdog will stop it)");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not reach the data servers to say this host finished (their watchdog will stop them)")
+        }
+    }
+}
+
+/// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group.
+fn forward_signals(group: libc::pid_t) -> Result<signal_hook::iterator::Handle, BoxError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            tracing::info!(signal, "passing the signal to the training script");
+            // SAFETY: killpg only sends a signal; the group is torchrun's, which this process
+            // started and has not yet reaped.
+            unsafe { libc::killpg(group, signal) };
+        }
+    });
+    Ok(handle)
+}
