@@ -1,6 +1,7 @@
 //! Parse, validate and resolve a spec: text in, a [`Job`] and a [`Report`] out.
 
 use std::ops::Range;
+use std::path::Path;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -26,12 +27,31 @@ pub struct Checked {
 }
 
 /// Parses and validates the spec `text`, read from `name` (used in messages only).
+///
+/// Files the spec names relative to its folder (a script-mode trainer's script) are not
+/// looked for: [`check_file`] does that.
 pub fn check(name: &str, text: &str) -> Checked {
+    check_in(name, text, None)
+}
+
+/// Like [`check_bytes`], for the spec file at `path`: also checks that the files the spec names
+/// relative to its folder (a script-mode trainer's `source_dir`, `script` and `requirements`)
+/// exist.
+pub fn check_file(path: &Path, bytes: &[u8]) -> Checked {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    check_bytes_in(&path.display().to_string(), bytes, Some(dir))
+}
+
+fn check_in(name: &str, text: &str, dir: Option<&Path>) -> Checked {
     let source = SpecSource::new(name, text);
     let mut ctx = Ctx {
         source: &source,
         spans: SpanIndex::empty(),
         problems: Vec::new(),
+        dir,
     };
     let job = parse(&mut ctx, text).and_then(|raw| rules::resolve(&mut ctx, &raw));
     let mut problems = ctx.problems;
@@ -46,11 +66,15 @@ pub fn check(name: &str, text: &str) -> Checked {
 /// Like [`check`], from the file's bytes: a spec that is not UTF-8 text (UTF-16 included) is an
 /// invalid spec, reported at the line and column of the first byte that is not.
 pub fn check_bytes(name: &str, bytes: &[u8]) -> Checked {
+    check_bytes_in(name, bytes, None)
+}
+
+fn check_bytes_in(name: &str, bytes: &[u8], dir: Option<&Path>) -> Checked {
     let utf16 = bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]);
     let (text, at) = match std::str::from_utf8(bytes) {
         // UTF-16 of ASCII without a byte-order mark is valid UTF-8, with a NUL in every pair.
         Ok(text) => match text.find('\0') {
-            None => return check(name, text),
+            None => return check_in(name, text, dir),
             Some(at) => (text.into(), at),
         },
         Err(e) => (String::from_utf8_lossy(bytes), e.valid_up_to()),
@@ -93,6 +117,8 @@ pub(crate) struct Ctx<'a> {
     pub source: &'a SpecSource,
     pub spans: SpanIndex<'a>,
     pub problems: Vec<Problem>,
+    /// The spec's folder, when files it names should be looked for.
+    pub dir: Option<&'a Path>,
 }
 
 impl Ctx<'_> {

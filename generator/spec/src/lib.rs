@@ -24,7 +24,7 @@ pub mod step;
 mod suggest;
 
 pub use catalog::{Catalog, InstanceType};
-pub use check::{Checked, check, check_bytes};
+pub use check::{Checked, check, check_bytes, check_file};
 pub use diagnostic::{Problem, Report, Severity, SpecSource};
 pub use model::Job;
 pub use suggest::did_you_mean;

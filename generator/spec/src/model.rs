@@ -17,6 +17,10 @@ pub use crate::raw::{
 /// `-YYYYMMDD-HHMMSS-xxxx`.
 pub const NAME_SUFFIX_LEN: usize = 21;
 
+/// The image a script-mode job's training image is built on when the spec names none: the
+/// PyTorch project's own CUDA runtime image (docs/spec.md says why this one).
+pub const DEFAULT_BASE_IMAGE: &str = "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime";
+
 /// The group name SageMaker gives the only group of a job without instance groups.
 pub const HOMOGENEOUS_GROUP: &str = "homogeneousCluster";
 

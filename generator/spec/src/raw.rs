@@ -358,12 +358,32 @@ pub enum Device {
     Cpu,
 }
 
-/// `[trainer]`: the training loop.
+/// `[trainer]`: what the trainer group runs. Either `model` (hetgen's built-in trainer, one
+/// host) or `script` (your own PyTorch script under `torchrun`, on every host of the trainer
+/// group), never both.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["model"]}, {"required": ["script"]}]))]
 pub struct RawTrainer {
-    /// `mlp`, `mnist-cnn`, `resnet18` or `resnet50`.
-    pub model: Model,
+    /// The built-in trainer's model: `mlp`, `mnist-cnn`, `resnet18` or `resnet50`.
+    pub model: Option<Model>,
+    /// Script mode: your training script, relative to `source_dir`, with `/` between folders,
+    /// e.g. `"train.py"`. It runs under `torchrun` on every host of the trainer group and reads
+    /// its batches through `hetgen.Loader`.
+    pub script: Option<String>,
+    /// Script mode: the folder shipped with the script (to `/opt/ml/code` in the image),
+    /// relative to the spec's folder. Default `"."`, the spec's folder.
+    pub source_dir: Option<String>,
+    /// Script mode: arguments passed to the script after its path.
+    pub args: Option<Vec<String>>,
+    /// Script mode: a pip requirements file, relative to `source_dir`, installed into the image.
+    pub requirements: Option<String>,
+    /// Script mode: processes per trainer host (`torchrun --nproc-per-node`). `"gpu"` (default):
+    /// one per GPU of the trainer group's instance type; or a number.
+    pub processes_per_host: Option<ProcessesPerHost>,
+    /// Script mode: the PyTorch image the training image is built on. Default
+    /// `pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime` (the PyTorch project's CUDA runtime image).
+    pub base_image: Option<String>,
     /// Number of optimizer steps. Give either `steps` or `epochs`.
     pub steps: Option<i64>,
     /// Number of passes over the data. Give either `steps` or `epochs`.
@@ -384,6 +404,54 @@ pub struct RawTrainer {
     pub log_every: Option<i64>,
     /// Deterministic kernels and batch order, so runs are repeatable. Default `false`.
     pub deterministic: Option<bool>,
+}
+
+/// `processes_per_host`: `"gpu"` or a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ProcessesPerHost {
+    /// `"gpu"`: one process per GPU of the trainer group's instance type (at least one).
+    Gpus(PerGpu),
+    /// This many processes on every trainer host.
+    Count(i64),
+}
+
+// By hand rather than `untagged`, so that a wrong value says what fits instead of "did not match
+// any variant".
+impl<'de> Deserialize<'de> for ProcessesPerHost {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ProcessesPerHost;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`\"gpu\"` or a number of processes")
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(ProcessesPerHost::Count(n))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(ProcessesPerHost::Count(
+                    i64::try_from(n).unwrap_or(i64::MAX),
+                ))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                if s == "gpu" {
+                    Ok(ProcessesPerHost::Gpus(PerGpu::Gpu))
+                } else {
+                    Err(E::invalid_value(serde::de::Unexpected::Str(s), &self))
+                }
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// The word `"gpu"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PerGpu {
+    /// One process per GPU.
+    Gpu,
 }
 
 /// `[sagemaker.vpc]`.

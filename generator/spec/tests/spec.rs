@@ -407,3 +407,134 @@ fn many_errors_are_found_and_located_in_one_pass() {
     let last = problems.last().unwrap();
     assert!(last["line"].as_u64().unwrap() > 200_000, "{last}");
 }
+
+/// A script-mode spec with two trainer hosts of `trainer_type`, and `extra` lines in `[trainer]`.
+fn script_spec(trainer_type: &str, extra: &str) -> String {
+    format!(
+        r#"version = 1
+[job]
+name = "script-mode"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 2
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "{trainer_type}"
+count = 2
+role = "trainer"
+[[channel]]
+name = "training"
+uri = "data/train"
+[pipeline]
+source = {{ format = "image-folder", channel = "training" }}
+batch_size = 32
+[[pipeline.stage]]
+op = "decode"
+[[pipeline.stage]]
+op = "resize"
+size = [8, 8]
+[trainer]
+script = "train.py"
+{extra}
+"#
+    )
+}
+
+#[test]
+fn a_script_trainer_resolves_with_its_defaults_on_several_hosts() {
+    let checked = check("hetgen.toml", &script_spec("ml.g5.12xlarge", ""));
+    let job = checked
+        .job
+        .expect("a script-mode spec with two trainer hosts is valid");
+    let script = job.trainer.script().unwrap();
+    assert_eq!(script.script, "train.py");
+    assert_eq!(script.source_dir, ".");
+    assert_eq!(
+        script.processes_per_host, 4,
+        "one per GPU of ml.g5.12xlarge"
+    );
+    assert_eq!(script.base_image, hetgen_spec::model::DEFAULT_BASE_IMAGE);
+    assert!(job.trainer.builtin().is_none());
+    let json = serde_json::to_value(&job).unwrap();
+    assert_eq!(json["trainer"]["script"]["script"], "train.py");
+
+    let cpu = check("hetgen.toml", &script_spec("ml.c5.xlarge", ""))
+        .job
+        .unwrap();
+    assert_eq!(cpu.trainer.script().unwrap().processes_per_host, 1);
+    let given = script_spec(
+        "ml.g5.12xlarge",
+        "processes_per_host = 2\nargs = [\"--epochs\", \"3\"]\nbase_image = \"my/torch:1\"",
+    );
+    let given = check("hetgen.toml", &given).job.unwrap();
+    let script = given.trainer.script().unwrap();
+    assert_eq!(script.processes_per_host, 2);
+    assert_eq!(script.args, ["--epochs", "3"]);
+    assert_eq!(script.base_image, "my/torch:1");
+}
+
+#[test]
+fn script_mode_values_are_checked() {
+    for (extra, code) in [
+        ("processes_per_host = 0", "hetgen::spec::processes-per-host"),
+        ("processes_per_host = \"gpus\"", "hetgen::spec::wrong-type"),
+        (
+            "requirements = \"../reqs.txt\"",
+            "hetgen::spec::script-path",
+        ),
+        ("source_dir = \"/abs/src\"", "hetgen::spec::script-path"),
+        ("base_image = \"\"", "hetgen::spec::base-image"),
+    ] {
+        let checked = check("hetgen.toml", &script_spec("ml.g5.xlarge", extra));
+        let codes: Vec<&str> = checked.report.problems.iter().map(|p| p.code).collect();
+        assert!(checked.job.is_none(), "{extra}: {codes:?}");
+        assert!(
+            codes.contains(&code),
+            "{extra}: expected {code}, got {codes:?}"
+        );
+        for p in &checked.report.problems {
+            assert!(p.span.is_some(), "{extra}: `{}` has no location", p.code);
+        }
+    }
+}
+
+#[test]
+fn a_spec_file_s_script_and_requirements_must_exist_next_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("hetgen.toml");
+    let text = script_spec("ml.g5.xlarge", "requirements = \"requirements.txt\"");
+    let codes = |checked: &hetgen_spec::Checked| -> Vec<(&'static str, String)> {
+        checked
+            .report
+            .problems
+            .iter()
+            .map(|p| (p.code, p.message.clone()))
+            .collect()
+    };
+    let missing = hetgen_spec::check_file(&spec, text.as_bytes());
+    assert!(missing.job.is_none());
+    let found = codes(&missing);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.iter().all(|(c, _)| *c == "hetgen::spec::not-found"));
+    assert!(found[0].1.contains("train.py"), "{found:?}");
+
+    std::fs::write(dir.path().join("train.py"), "print('hi')\n").unwrap();
+    std::fs::write(dir.path().join("requirements.txt"), "\n").unwrap();
+    let ok = hetgen_spec::check_file(&spec, text.as_bytes());
+    assert!(ok.job.is_some(), "{:?}", codes(&ok));
+
+    let elsewhere = script_spec("ml.g5.xlarge", "source_dir = \"src\"");
+    let checked = hetgen_spec::check_file(&spec, elsewhere.as_bytes());
+    assert_eq!(codes(&checked)[0].0, "hetgen::spec::not-found");
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::rename(dir.path().join("train.py"), dir.path().join("src/train.py")).unwrap();
+    assert!(
+        hetgen_spec::check_file(&spec, elsewhere.as_bytes())
+            .job
+            .is_some()
+    );
+    // Without the spec's folder nothing is looked for.
+    assert!(check("hetgen.toml", &text).job.is_some());
+}

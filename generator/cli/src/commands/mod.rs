@@ -46,10 +46,8 @@ pub fn check(path: &Path) -> Result<Checked, Failure> {
         },
         source,
     })?;
-    Ok(hetgen_spec::check_bytes(
-        &path.display().to_string(),
-        &bytes,
-    ))
+    // The spec's path, not only its name: a script-mode spec names files next to it.
+    Ok(hetgen_spec::check_file(path, &bytes))
 }
 
 /// Reads and checks the spec; prints its problems; fails when it has errors.

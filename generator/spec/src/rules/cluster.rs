@@ -190,13 +190,18 @@ fn trainer_groups(ctx: &mut Ctx<'_>, raw: &RawSpec) {
         [] => {}
         [only] => {
             let count = raw.instance_group[*only].count.unwrap_or(1);
-            if count > 1 {
+            // Script mode runs the user's script under torchrun on every host of the group;
+            // the built-in trainer trains on one.
+            if count > 1 && raw.trainer.script.is_none() {
                 ctx.error(
                     "hetgen::spec::multi-host-trainer",
                     &path!["instance_group", *only, "count"],
-                    format!("the trainer group has {count} instances; hetgen trains on one host"),
-                    "multi-host training is not supported yet",
-                    "use `count = 1` with a larger GPU instance; every GPU of the host is used",
+                    format!(
+                        "the trainer group has {count} instances; the built-in trainer trains on one host"
+                    ),
+                    "more than one trainer host",
+                    "use `count = 1` with a larger GPU instance (every GPU of the host is used), \
+                     or train on several hosts with your own script: `[trainer] script = \"train.py\"`",
                 );
             }
         }

@@ -1,13 +1,15 @@
-//! The trainer: model against the pipeline's output, run length, optimizer, precision.
+//! The trainer: either the built-in one (model against the pipeline's output, run length,
+//! optimizer, precision) or the user's script (its files, processes per host, base image).
 
 use crate::check::Ctx;
 use crate::model::{
-    BuiltinTrainer, Device, Group, Length, Model, Optimizer, OptimizerName, Pipeline, Precision,
-    Role, Schedule, ScheduleName, Source, Trainer,
+    BuiltinTrainer, DEFAULT_BASE_IMAGE, Device, Group, Length, Model, Optimizer, OptimizerName,
+    Pipeline, Precision, Role, Schedule, ScheduleName, ScriptTrainer, Source, Trainer,
 };
 use crate::path;
-use crate::raw::RawSpec;
+use crate::raw::{PerGpu, ProcessesPerHost, RawSpec, RawTrainer};
 use crate::rules::{float_in, int_in};
+use crate::spans::KeyPath;
 
 pub(super) fn trainer(
     ctx: &mut Ctx<'_>,
@@ -15,6 +17,251 @@ pub(super) fn trainer(
     groups: &[Group],
     pipeline: Option<&Pipeline>,
 ) -> Option<Trainer> {
+    let t = &raw.trainer;
+    match (t.model, &t.script) {
+        (Some(_), Some(_)) => {
+            ctx.error_at_key(
+                "hetgen::spec::model-and-script",
+                &path!["trainer", "script"],
+                "`[trainer]` sets both `model` and `script`",
+                "second kind of trainer",
+                "keep `model` for hetgen's built-in trainer, or `script` to run your own",
+            );
+            None
+        }
+        (None, None) => {
+            ctx.error(
+                "hetgen::spec::no-model-or-script",
+                &path!["trainer"],
+                "`[trainer]` sets neither `model` nor `script`",
+                "what does the trainer group run?",
+                "add `script = \"train.py\"` to run your own PyTorch script, or `model = \"mlp\"` \
+                 for hetgen's built-in trainer",
+            );
+            None
+        }
+        (Some(model), None) => {
+            foreign_keys(ctx, t, SCRIPT_KEYS, "hetgen::spec::script-key", "model");
+            builtin(ctx, raw, model, groups, pipeline).map(Trainer::Builtin)
+        }
+        (None, Some(script)) => {
+            foreign_keys(ctx, t, BUILTIN_KEYS, "hetgen::spec::builtin-key", "script");
+            self::script(ctx, t, script, groups).map(Trainer::Script)
+        }
+    }
+}
+
+/// Keys only the built-in trainer reads.
+const BUILTIN_KEYS: &[&str] = &[
+    "steps",
+    "epochs",
+    "num_classes",
+    "optimizer",
+    "lr_schedule",
+    "precision",
+    "device",
+    "checkpoint_every",
+    "log_every",
+];
+
+/// Keys only script mode reads.
+const SCRIPT_KEYS: &[&str] = &[
+    "source_dir",
+    "args",
+    "requirements",
+    "processes_per_host",
+    "base_image",
+];
+
+/// Reports each key of `keys` that `t` sets: keys of the other kind of trainer than `kind`.
+fn foreign_keys(ctx: &mut Ctx<'_>, t: &RawTrainer, keys: &[&str], code: &'static str, kind: &str) {
+    let set = |key: &str| match key {
+        "steps" => t.steps.is_some(),
+        "epochs" => t.epochs.is_some(),
+        "num_classes" => t.num_classes.is_some(),
+        "optimizer" => t.optimizer.is_some(),
+        "lr_schedule" => t.lr_schedule.is_some(),
+        "precision" => t.precision.is_some(),
+        "device" => t.device.is_some(),
+        "checkpoint_every" => t.checkpoint_every.is_some(),
+        "log_every" => t.log_every.is_some(),
+        "source_dir" => t.source_dir.is_some(),
+        "args" => t.args.is_some(),
+        "requirements" => t.requirements.is_some(),
+        "processes_per_host" => t.processes_per_host.is_some(),
+        "base_image" => t.base_image.is_some(),
+        _ => false,
+    };
+    for key in keys.iter().filter(|k| set(k)) {
+        let (message, help) = if kind == "script" {
+            (
+                format!("`{key}` is a setting of the built-in trainer, not of a script"),
+                format!(
+                    "remove `{key}`: your script decides it (pass it in `args` if the script \
+                     takes it), or use `model = …` instead of `script`"
+                ),
+            )
+        } else {
+            (
+                format!("`{key}` is a script-mode setting, not one of the built-in trainer"),
+                format!("remove `{key}`, or use `script = \"train.py\"` instead of `model`"),
+            )
+        };
+        ctx.error_at_key(
+            code,
+            &path!["trainer"].at(*key),
+            message,
+            format!("not used with `{kind}`"),
+            help,
+        );
+    }
+}
+
+fn script(
+    ctx: &mut Ctx<'_>,
+    t: &RawTrainer,
+    script: &str,
+    groups: &[Group],
+) -> Option<ScriptTrainer> {
+    let at = path!["trainer"];
+    let mut ok = true;
+    let source_dir = t.source_dir.clone().unwrap_or_else(|| ".".to_owned());
+    if t.source_dir.is_some() {
+        ok &= relative_path(ctx, &at.at("source_dir"), &source_dir, true);
+    }
+    ok &= relative_path(ctx, &at.at("script"), script, false);
+    if let Some(r) = &t.requirements {
+        ok &= relative_path(ctx, &at.at("requirements"), r, false);
+    }
+    if ok && let Some(dir) = ctx.dir {
+        let base = dir.join(&source_dir);
+        if !base.is_dir() {
+            ctx.error(
+                "hetgen::spec::not-found",
+                &at.at("source_dir"),
+                format!("no folder `{source_dir}` next to the spec"),
+                "not found",
+                "`source_dir` is relative to the spec's folder",
+            );
+        } else {
+            for (key, file) in [
+                ("script", Some(script)),
+                ("requirements", t.requirements.as_deref()),
+            ] {
+                if let Some(file) = file
+                    && !base.join(file).is_file()
+                {
+                    ctx.error(
+                        "hetgen::spec::not-found",
+                        &at.at(key),
+                        format!("no file `{file}` in `{source_dir}`"),
+                        "not found",
+                        format!(
+                            "`{key}` is relative to `source_dir` (the spec's folder unless set)"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    let trainer = groups.iter().find(|g| g.role == Role::Trainer);
+    let processes_per_host = match t
+        .processes_per_host
+        .unwrap_or(ProcessesPerHost::Gpus(PerGpu::Gpu))
+    {
+        ProcessesPerHost::Count(n) => int_in(
+            ctx,
+            "hetgen::spec::processes-per-host",
+            &at.at("processes_per_host"),
+            n,
+            (1, 1024),
+            "`processes_per_host`",
+        )
+        .map(|n| n as u32),
+        ProcessesPerHost::Gpus(PerGpu::Gpu) => match trainer.map(|g| (g, g.gpus)) {
+            Some((g, None)) => {
+                ctx.warn(
+                    "hetgen::spec::processes-per-host",
+                    &path!["trainer", "script"],
+                    format!(
+                        "hetgen does not know how many GPUs `{}` has; one process per host",
+                        g.instance_type
+                    ),
+                    "one process per trainer host",
+                    "set `processes_per_host` to the number of GPUs of the instance type",
+                );
+                Some(1)
+            }
+            Some((_, Some(gpus))) => Some(gpus.max(1)),
+            None => Some(1),
+        },
+    };
+
+    let base_image = t
+        .base_image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_owned());
+    if base_image.is_empty()
+        || base_image
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        ctx.error(
+            "hetgen::spec::base-image",
+            &at.at("base_image"),
+            format!("`{base_image}` is not an image reference"),
+            "not an image",
+            format!("name a PyTorch image such as `{DEFAULT_BASE_IMAGE}`"),
+        );
+        ok = false;
+    }
+
+    ok.then_some(())?;
+    Some(ScriptTrainer {
+        script: script.to_owned(),
+        source_dir,
+        args: t.args.clone().unwrap_or_default(),
+        requirements: t.requirements.clone(),
+        processes_per_host: processes_per_host?,
+        base_image,
+        deterministic: t.deterministic.unwrap_or(false),
+    })
+}
+
+/// Checks a path the spec gives relative to a folder: relative, `/`-separated, and (unless
+/// `may_leave`) inside that folder.
+fn relative_path(ctx: &mut Ctx<'_>, at: &KeyPath, path: &str, may_leave: bool) -> bool {
+    let problem = if path.is_empty() {
+        Some("an empty path")
+    } else if path.starts_with('/') {
+        Some("an absolute path, which works on one machine only")
+    } else if path.contains('\\') {
+        Some("a path with `\\`")
+    } else if !may_leave && path.split('/').any(|part| part == "..") {
+        Some("a path that leaves its folder")
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        ctx.error(
+            "hetgen::spec::script-path",
+            at,
+            format!("`{path}` is {problem}"),
+            "not a relative path",
+            "give a path relative to the folder, with `/` between folders, e.g. `\"src/train.py\"`",
+        );
+    }
+    problem.is_none()
+}
+
+fn builtin(
+    ctx: &mut Ctx<'_>,
+    raw: &RawSpec,
+    model: Model,
+    groups: &[Group],
+    pipeline: Option<&Pipeline>,
+) -> Option<BuiltinTrainer> {
     let t = &raw.trainer;
     let at = path!["trainer"];
 
@@ -85,7 +332,7 @@ pub(super) fn trainer(
     }
 
     if let Some(p) = pipeline {
-        model_input(ctx, t.model, p.output_shape);
+        model_input(ctx, model, p.output_shape);
     }
 
     let optimizer = optimizer(ctx, raw);
@@ -139,8 +386,8 @@ pub(super) fn trainer(
         "`log_every`",
     );
 
-    Some(Trainer::Builtin(BuiltinTrainer {
-        model: t.model,
+    Some(BuiltinTrainer {
+        model,
         length: length?,
         num_classes: num_classes? as u32,
         optimizer: optimizer?,
@@ -153,7 +400,7 @@ pub(super) fn trainer(
         },
         log_every: log_every? as u64,
         deterministic: t.deterministic.unwrap_or(false),
-    }))
+    })
 }
 
 /// The shapes each model takes: `mnist-cnn` is built for 28×28 grayscale, the ResNets for RGB
