@@ -13,7 +13,7 @@ WHEELS := $(CARGO_TARGET_DIR)/wheels
 # rpath to it, so nothing needs LD_LIBRARY_PATH.
 WITH_TORCH = TORCH_VENV="$$(scripts/torch-env.sh)" && export LIBTORCH_USE_PYTORCH=1 PATH="$$TORCH_VENV/bin:$$PATH"
 
-.PHONY: test python-test demo build schema fmt bench-pipeline bench-stream soak
+.PHONY: test python-test wheel demo build schema fmt bench-pipeline bench-stream soak
 
 build:
 	scripts/system-deps.sh
@@ -33,14 +33,17 @@ test: build
 	  "$$VENV/bin/python" -m pytest tests/botocore tests/sdk -q -p no:cacheprovider
 	$(MAKE) --no-print-directory python-test
 
-## The Python package (python/): build its wheel with maturin, install it into the torch venv
-## (real torch, as a user's image has), and run its tests against real data-server processes.
-python-test:
+## The Python package (python/): build its wheel with maturin and install it into the torch venv
+## (real torch, as a user's image has), where `hetgen deploy --local` finds it for script-mode jobs.
+wheel:
 	$(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && export PATH="$$PATH:$$VENV/bin" && \
 	  rm -rf "$(WHEELS)" && \
 	  maturin build --locked --manifest-path python/Cargo.toml -i "$$TORCH_VENV/bin/python" -o "$(WHEELS)" && \
-	  "$$TORCH_VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$(WHEELS)"/hetgen-*.whl && \
-	  cargo build --locked -p hetgen -p hetgen-data --bins && \
+	  "$$TORCH_VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$(WHEELS)"/hetgen-*.whl
+
+## The package's tests, against real data-server processes and real `hetgen deploy --local` jobs.
+python-test: wheel
+	$(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-data --bins && \
 	  HETGEN_BIN="$(HETGEN)" HETGEN_DATA_SERVER="$(CARGO_TARGET_DIR)/debug/hetgen-data-server" \
 	    "$$TORCH_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
 

@@ -101,6 +101,39 @@ def test_a_script_that_raises_on_one_host_fails_the_job_and_stops_every_host(tmp
     assert processes_of(root / "build") == []
 
 
+STOPPABLE = """\
+import os, signal, sys
+import torch.distributed as dist
+import hetgen
+
+def stopped(signum, frame):
+    marker = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "output", "data", "sigterm")
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    open(marker, "w").write(f"rank {dist.get_rank()}")
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stopped)
+dist.init_process_group("gloo")
+loader = hetgen.Loader()
+print("streaming", flush=True)
+while True:
+    for batch in loader:
+        pass
+"""
+
+
+def test_stopping_the_job_passes_sigterm_to_every_trainer_hosts_script(tmp_path):
+    root = project(tmp_path)
+    (root / "train.py").write_text(STOPPABLE)
+    assert hetgen("render", cwd=root).returncode == 0
+    run = hetgen("deploy", "--local", "--max-runtime", "20", cwd=root, timeout=300)
+    output = run.stdout + run.stderr
+    assert "Stopped" in output, output
+    markers = sorted(p.read_text() for p in root.glob("build/**/output/data/sigterm"))
+    assert markers == ["rank 0", "rank 1"], output
+    assert processes_of(root / "build") == []
+
+
 STREAMING = """\
 import hetgen
 

@@ -98,7 +98,18 @@ pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxEr
             command.env(var, interface);
         }
     }
+    // Its own process group, which SIGTERM is passed to (torchrun then stops its workers); and
+    // should the launcher die without passing anything on, torchrun dies with it.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    // SAFETY: prctl is async-signal-safe and touches nothing of the parent's state.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     tracing::info!(
         hosts = hosts.len(),
         node_rank,
