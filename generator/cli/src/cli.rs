@@ -105,6 +105,9 @@ pub enum Example {
     MnistHomogeneous,
     /// ml.p4d.24xlarge + 2 × ml.c5.18xlarge, ResNet-50
     Resnet50P4d,
+    /// Your own PyTorch DDP script (train.py) on 2 GPU hosts fed by 2 CPU hosts, digits data
+    /// included; runs locally
+    Pytorch,
 }
 
 /// How to reach AWS. Unset options fall back to the standard AWS environment and config files.

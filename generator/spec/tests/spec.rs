@@ -14,9 +14,16 @@ fn specs(dir: &str) -> Vec<(String, String)> {
     let mut files: Vec<_> = std::fs::read_dir(repo().join(dir))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        // A project folder's spec too (`examples/pytorch/hetgen.toml`), named for the folder.
+        .map(|p| if p.is_dir() { p.join("hetgen.toml") } else { p })
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "toml"))
         .map(|p| {
-            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            let stem = if p.ends_with("hetgen.toml") {
+                p.parent().unwrap()
+            } else {
+                &p
+            };
+            let name = stem.file_stem().unwrap().to_string_lossy().into_owned();
             (name, std::fs::read_to_string(&p).unwrap())
         })
         .collect();

@@ -1,6 +1,8 @@
-//! `hetgen new NAME [--example E]`: a project folder with a commented spec.
+//! `hetgen new NAME [--example E]`: a project folder with a commented spec (and, for the
+//! `pytorch` example, its training script and the digits data).
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -30,7 +32,44 @@ fn example(example: Example) -> (&'static str, &'static str) {
             include_str!("../../../../examples/resnet50-p4d.toml"),
             "resnet50-p4d",
         ),
+        Example::Pytorch => (
+            include_str!("../../../../examples/pytorch/hetgen.toml"),
+            "pytorch-digits",
+        ),
     }
+}
+
+/// The `pytorch` example's script.
+const PYTORCH_SCRIPT: &str = include_str!("../../../../examples/pytorch/train.py");
+
+/// The digits data set: one CSV line per 8×8 image, 64 values from 0 to 16, then the label.
+const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../../datasets/digits/digits.csv.gz");
+
+/// The digits as `data/{train,test}/<label>/<n>.png`, every fifth image held out for `test`,
+/// the values scaled by 16 to bytes.
+fn digits() -> Vec<(String, Vec<u8>)> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(DIGITS_CSV_GZ)
+        .read_to_string(&mut text)
+        .expect("the bundled digits data is gzipped UTF-8");
+    let mut files = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let values: Vec<u32> = line
+            .split(',')
+            .map(|v| v.trim().parse().expect("the bundled digits are numbers"))
+            .collect();
+        let (pixels, label) = values.split_at(64);
+        let split = if n % 5 == 0 { "test" } else { "train" };
+        let image = hetgen_pipeline::Image {
+            height: 8,
+            width: 8,
+            channels: 1,
+            data: pixels.iter().map(|v| (v * 16).min(255) as u8).collect(),
+        };
+        let png = hetgen_pipeline::codec::encode_png(&image).expect("an 8×8 image encodes");
+        files.push((format!("data/{split}/{}/{n:04}.png", label[0]), png));
+    }
+    files
 }
 
 /// The example's spec, renamed to `name`, with its `#:schema` line pointing into the project.
@@ -41,11 +80,12 @@ pub fn spec_text(which: Example, name: &str) -> String {
         &format!("\nname = \"{name}\"\n"),
         1,
     );
-    renamed.replacen(
-        "#:schema ../schema/hetgen.schema.json",
-        &format!("#:schema {SCHEMA_PATH}"),
-        1,
-    )
+    match renamed.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#:schema ") => {
+            format!("#:schema {SCHEMA_PATH}\n{rest}")
+        }
+        _ => renamed,
+    }
 }
 
 pub fn run(args: &NewArgs) -> Result<ExitCode, Failure> {
@@ -63,11 +103,18 @@ pub fn run(args: &NewArgs) -> Result<ExitCode, Failure> {
     if root.exists() {
         return Err(Failure::Exists { path: root });
     }
-    let files = [
-        ("hetgen.toml", spec_text(args.example, job_name)),
-        (".gitignore", "/build/\n".to_owned()),
-        (SCHEMA_PATH, hetgen_spec::schema()),
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        (
+            "hetgen.toml".into(),
+            spec_text(args.example, job_name).into(),
+        ),
+        (".gitignore".into(), "/build/\n".into()),
+        (SCHEMA_PATH.into(), hetgen_spec::schema().into()),
     ];
+    if args.example == Example::Pytorch {
+        files.push(("train.py".into(), PYTORCH_SCRIPT.into()));
+        files.extend(digits());
+    }
     // Stage everything in a sibling folder and rename it into place, so a failure never
     // leaves a half-made project behind.
     let staging = root.with_file_name(format!(".{job_name}.hetgen-new"));

@@ -202,6 +202,7 @@ fn every_example_can_start_a_project() {
         "mnist-hetero",
         "mnist-homogeneous",
         "resnet50-p4d",
+        "pytorch",
     ] {
         let name = format!("p-{example}");
         assert_eq!(
@@ -211,6 +212,30 @@ fn every_example_can_start_a_project() {
         let out = hetgen(&["validate"], &dir.path().join(&name));
         assert_eq!(code(&out), 0, "{example}: {}", stderr(&out));
     }
+}
+
+#[test]
+fn the_pytorch_example_brings_its_script_and_the_digits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hetgen(&["new", "digits", "--example", "pytorch"], dir.path());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let project = dir.path().join("digits");
+    assert_eq!(
+        std::fs::read_to_string(project.join("train.py")).unwrap(),
+        std::fs::read_to_string(repo().join("examples/pytorch/train.py")).unwrap()
+    );
+    let count = |split: &str| -> usize {
+        std::fs::read_dir(project.join("data").join(split))
+            .unwrap()
+            .map(|label| std::fs::read_dir(label.unwrap().path()).unwrap().count())
+            .sum()
+    };
+    // 1797 digits: every fifth held out.
+    assert_eq!((count("train"), count("test")), (1437, 360));
+    let png = std::fs::read(project.join("data/test/0/0000.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    assert_eq!(code(&hetgen(&["render"], &project)), 0);
+    assert!(project.join("build/digits/Dockerfile").exists());
 }
 
 #[test]
