@@ -34,6 +34,21 @@ pub fn hyperparameters(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
     hps
 }
 
+/// The Environment of the job: the spec's, plus, in script mode, `SAGEMAKER_PROGRAM` (the
+/// script in `/opt/ml/code`, SageMaker's name for a script-mode entry point) unless the spec
+/// sets it.
+pub fn environment(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
+    let mut env = sm.environment.clone();
+    if let Some(script) = job.trainer.script() {
+        env.entry(PROGRAM_VAR.to_owned())
+            .or_insert_with(|| script.script.clone());
+    }
+    env
+}
+
+/// SageMaker's variable naming a script-mode job's entry point.
+pub const PROGRAM_VAR: &str = "SAGEMAKER_PROGRAM";
+
 /// The tags on every job: the spec's, then hetgen's version and the spec's hash.
 pub fn tags(sm: &SageMaker, spec_sha256: &str) -> Vec<Tag> {
     let mut tags: Vec<Tag> = sm
@@ -254,7 +269,7 @@ pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Crea
         stopping_condition: StoppingCondition {
             max_runtime_in_seconds: sm.max_runtime_s,
         },
-        environment: sm.environment.clone(),
+        environment: environment(job, sm),
         vpc_config: sm.vpc.as_ref().map(|v| VpcConfig {
             security_group_ids: v.security_group_ids.clone(),
             subnets: v.subnets.clone(),

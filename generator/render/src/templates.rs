@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use hetgen_spec::Job;
-use hetgen_spec::model::{SageMaker, Stage};
+use hetgen_spec::model::{SageMaker, ScriptTrainer, Stage};
 use include_dir::{Dir, include_dir};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
@@ -64,6 +64,8 @@ struct Context<'a> {
     image_hint: String,
     custom_stages: Vec<&'a str>,
     proto: &'static str,
+    /// The user's script, for a script-mode job.
+    script: Option<&'a ScriptTrainer>,
 }
 
 pub(crate) fn render_all(
@@ -108,6 +110,7 @@ pub(crate) fn render_all(
             })
             .collect(),
         proto: DATA_PROTO.trim_end(),
+        script: job.trainer.script(),
     };
 
     let env = &*ENVIRONMENT;

@@ -46,7 +46,8 @@ fn examples_render_as_snapshotted() {
     settings.set_snapshot_path(repo().join("snapshots/render"));
     settings.set_prepend_module_to_snapshot(false);
     settings.bind(|| {
-        insta::glob!("../../../examples", "*.toml", |path| {
+        // A project folder's spec too: `examples/pytorch/hetgen.toml`.
+        insta::glob!("../../../examples", "{*.toml,*/hetgen.toml}", |path| {
             insta::assert_snapshot!(combined(&render_example(path)));
         });
     });
@@ -54,8 +55,12 @@ fn examples_render_as_snapshotted() {
 
 #[test]
 fn rendered_files_are_well_formed() {
-    for entry in std::fs::read_dir(repo().join("examples")).unwrap() {
-        let path = entry.unwrap().path();
+    let project = repo().join("examples/pytorch/hetgen.toml");
+    for path in std::fs::read_dir(repo().join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .chain([project])
+    {
         if path.extension().is_none_or(|e| e != "toml") {
             continue;
         }
@@ -144,4 +149,43 @@ fn write_then_check_round_trips_and_keeps_scaffolds() {
         "// mine\nfn main() {}\n"
     );
     assert!(hetgen_render::check(&rendered, out.path()).is_empty());
+}
+
+#[test]
+fn a_script_mode_job_builds_on_pytorch_without_the_built_in_trainer() {
+    let rendered = render_example(&repo().join("examples/pytorch/hetgen.toml"));
+    let file = |p: &str| {
+        rendered
+            .files
+            .iter()
+            .find(|f| f.path == p)
+            .map(|f| f.contents.as_str())
+            .unwrap()
+    };
+    let manifest: toml::Table = toml::from_str(file("launcher/Cargo.toml")).unwrap();
+    let runtime = &manifest["dependencies"]["hetgen-runtime"];
+    assert_eq!(runtime["default-features"].as_bool(), Some(false));
+    let dockerfile = file("Dockerfile");
+    let base = hetgen_spec::model::DEFAULT_BASE_IMAGE;
+    assert_eq!(dockerfile.matches(&format!("FROM {base}")).count(), 2);
+    assert!(
+        dockerfile.contains("maturin build --release --manifest-path hetgen/python/Cargo.toml")
+    );
+    assert!(dockerfile.contains("COPY --from=code . /opt/ml/code"));
+    assert!(
+        !dockerfile.contains("torch=="),
+        "no second torch: {dockerfile}"
+    );
+    let request: serde_json::Value =
+        serde_json::from_str(file("create-training-job.json")).unwrap();
+    assert_eq!(request["Environment"]["SAGEMAKER_PROGRAM"], "train.py");
+
+    // The built-in trainer keeps its libtorch.
+    let builtin = render_example(&repo().join("examples/mnist-hetero.toml"));
+    let manifest = builtin
+        .files
+        .iter()
+        .find(|f| f.path == "launcher/Cargo.toml")
+        .unwrap();
+    assert!(manifest.contents.contains("hetgen-runtime = \"0.1.0\""));
 }
