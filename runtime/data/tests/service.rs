@@ -83,6 +83,105 @@ fn a_resumed_stream_yields_exactly_the_rest() {
     assert_exactly_once(&batches, 2, 600);
 }
 
+/// Hybrid input: two servers and this host's own engine as a third source.
+fn hybrid(job: &hetgen_spec::model::Job, servers: &[&TestServer]) -> hetgen_data::client::Client {
+    connect(job, &hosts(servers))
+        .with_local(engine(job))
+        .unwrap()
+}
+
+#[test]
+fn hybrid_input_yields_every_sample_once_and_both_sides_contribute() {
+    let job = job();
+    let (a, b) = (
+        TestServer::start(&job, "algo-1", |_| {}),
+        TestServer::start(&job, "algo-2", |_| {}),
+    );
+    let client = hybrid(&job, &[&a, &b]);
+    assert_eq!(client.local_threads(), 1);
+    let mut stream = client.stream(input(&job, &client, 3, false), None);
+    let batches = drain(&mut stream);
+    assert_exactly_once(&batches, 3, 600);
+    let counts = client.batches_by_source();
+    assert_eq!(
+        counts.values().sum::<u64>(),
+        batches.len() as u64,
+        "{counts:?}"
+    );
+    assert!(counts[hetgen_data::client::LOCAL_SOURCE] > 0, "{counts:?}");
+    let remote: u64 = counts
+        .iter()
+        .filter(|(name, _)| *name != hetgen_data::client::LOCAL_SOURCE)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(remote > 0, "{counts:?}");
+}
+
+#[test]
+fn deterministic_order_is_the_same_hybrid_remote_only_and_homogeneous() {
+    let job = job();
+    let (a, b) = (
+        TestServer::start(&job, "algo-1", |_| {}),
+        TestServer::start(&job, "algo-2", |_| {}),
+    );
+    let remote_client = connect(&job, &hosts(&[&a, &b]));
+    let config = input(&job, &remote_client, 2, true);
+    let remote = drain(&mut remote_client.stream(config.clone(), None));
+    let client = hybrid(&job, &[&a, &b]);
+    let mixed = drain(&mut client.stream(config.clone(), None));
+    let homogeneous = drain(&mut hetgen_pipeline::LocalInput::new(
+        engine(&job),
+        config,
+        None,
+    ));
+    assert_exactly_once(&remote, 2, 600);
+    assert!(
+        client.batches_by_source().values().all(|n| *n > 0),
+        "every source made some: {:?}",
+        client.batches_by_source()
+    );
+    assert!(remote == mixed, "hybrid and remote-only differ");
+    assert!(homogeneous == mixed, "hybrid and homogeneous differ");
+}
+
+#[test]
+fn a_resumed_hybrid_stream_continues_exactly() {
+    let job = job();
+    let (a, b) = (
+        TestServer::start(&job, "algo-1", |_| {}),
+        TestServer::start(&job, "algo-2", |_| {}),
+    );
+    let client = hybrid(&job, &[&a, &b]);
+    let config = input(&job, &client, 2, true);
+    let whole = drain(&mut client.stream(config.clone(), None));
+    let mut first = client.stream(config.clone(), None);
+    let mut batches: Vec<_> = (0..23)
+        .map(|_| first.next_batch().unwrap().unwrap())
+        .collect();
+    let position = first.position();
+    drop(first);
+    batches.extend(drain(&mut client.stream(config, Some(position))));
+    assert_exactly_once(&batches, 2, 600);
+    assert!(
+        whole == batches,
+        "the resumed run differs from the whole one"
+    );
+}
+
+#[test]
+fn hybrid_input_finishes_the_epoch_alone_when_every_server_is_lost() {
+    let job = job();
+    let mut a = TestServer::start(&job, "algo-1", |_| {});
+    let client = hybrid(&job, &[&a]);
+    let mut stream = client.stream(input(&job, &client, 2, false), None);
+    let mut batches: Vec<_> = (0..10)
+        .map(|_| stream.next_batch().unwrap().unwrap())
+        .collect();
+    a.stop();
+    batches.extend(drain(&mut stream));
+    assert_exactly_once(&batches, 2, 600);
+}
+
 fn raw_client(
     server: &TestServer,
     token: &str,

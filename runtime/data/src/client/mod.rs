@@ -4,16 +4,21 @@
 //! hosts of a SageMaker job start in any order) and handshakes with each. [`Client::stream`]
 //! starts the [`scheduler`] for one trainer rank and returns a [`RemoteStream`], the
 //! [`BatchStream`] the trainer consumes. [`Client::shutdown`] ends the job's data servers.
+//!
+//! Hybrid input: [`Client::with_local`] adds this host's own pipeline as one more source beside
+//! the servers (see [`scheduler`]); [`Client::batches_by_source`] says who made what.
 
 mod connect;
 mod job;
 mod scheduler;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use hetgen_pipeline::{Batch, BatchStream, BoxError, InputConfig, Position};
+use hetgen_pipeline::{Batch, BatchStream, BoxError, Engine, InputConfig, Position};
 use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
@@ -23,6 +28,9 @@ use crate::proto::{HandshakeResponse, ShutdownRequest};
 
 pub use connect::{resolve, resolve_blocking};
 pub use job::{connect_to_job, data_hosts, trainer_hosts, trainer_id};
+
+/// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
+pub const LOCAL_SOURCE: &str = "local";
 
 /// The generated client with the job token attached to every call.
 pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
@@ -94,6 +102,9 @@ pub enum ClientError {
     /// Every data server failed while the epoch still had shards.
     #[error("every data server failed; last error: {0}")]
     AllServersFailed(String),
+    /// The local pipeline (hybrid input) failed on a sample, as any server would.
+    #[error("the local pipeline failed: {0}")]
+    Local(String),
     /// The async runtime could not start.
     #[error("cannot start the client's runtime: {0}")]
     Runtime(#[from] std::io::Error),
@@ -115,7 +126,37 @@ pub struct Server {
 pub struct Client {
     runtime: Arc<tokio::runtime::Runtime>,
     servers: Vec<Server>,
+    local: Option<Arc<Engine>>,
     config: ClientConfig,
+    counts: Arc<SourceCounts>,
+}
+
+/// Batches yielded per source since the client was made, over all its streams.
+pub(crate) struct SourceCounts {
+    names: Vec<String>,
+    counts: Vec<AtomicU64>,
+}
+
+impl SourceCounts {
+    fn new(names: Vec<String>) -> Self {
+        let counts = names.iter().map(|_| AtomicU64::new(0)).collect();
+        Self { names, counts }
+    }
+
+    /// One more batch of source `slot` yielded.
+    pub(crate) fn add(&self, slot: usize) {
+        if let Some(count) = self.counts.get(slot) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn snapshot(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (name, count) in self.names.iter().zip(&self.counts) {
+            *out.entry(name.clone()).or_default() += count.load(Ordering::Relaxed);
+        }
+        out
+    }
 }
 
 impl Client {
@@ -136,11 +177,46 @@ impl Client {
                 .build()?,
         );
         let servers = runtime.block_on(connect::connect_all(hosts, shape, &config))?;
+        let counts = Arc::new(SourceCounts::new(
+            servers.iter().map(|s| s.host.clone()).collect(),
+        ));
         Ok(Client {
             runtime,
             servers,
+            local: None,
             config,
+            counts,
         })
+    }
+
+    /// Hybrid input: `engine` (this host's pipeline, on its share of the host's cores) takes
+    /// shards beside the servers, by the same credits, so each side gets work in proportion to
+    /// its speed. It must be the job's pipeline over the same samples: the batches are the
+    /// same whichever side makes them.
+    pub fn with_local(mut self, engine: Arc<Engine>) -> Result<Client, ClientError> {
+        if engine.samples_per_epoch() != self.samples_per_epoch() {
+            return Err(ClientError::Local(format!(
+                "this host's source has {} samples per epoch, the data servers' {}",
+                engine.samples_per_epoch(),
+                self.samples_per_epoch()
+            )));
+        }
+        let mut names: Vec<String> = self.servers.iter().map(|s| s.host.clone()).collect();
+        names.push(LOCAL_SOURCE.to_owned());
+        self.counts = Arc::new(SourceCounts::new(names));
+        self.local = Some(engine);
+        Ok(self)
+    }
+
+    /// Worker threads of the local pipeline; 0 without hybrid input.
+    pub fn local_threads(&self) -> usize {
+        self.local.as_ref().map_or(0, |e| e.threads())
+    }
+
+    /// Batches yielded so far per source: each data host by name, and [`LOCAL_SOURCE`] with
+    /// hybrid input.
+    pub fn batches_by_source(&self) -> BTreeMap<String, u64> {
+        self.counts.snapshot()
     }
 
     /// The connected servers.
@@ -155,13 +231,20 @@ impl Client {
 
     /// Start streaming for one trainer rank, after `start` when resuming.
     pub fn stream(&self, input: InputConfig, start: Option<Position>) -> RemoteStream {
-        let (tx, rx) = tokio::sync::mpsc::channel(2 * self.servers.len() + 2);
+        let mut sources: Vec<scheduler::Source> = self
+            .servers
+            .iter()
+            .map(|s| scheduler::Source::Remote(Box::new(s.clone())))
+            .collect();
+        sources.extend(self.local.clone().map(scheduler::Source::Local));
+        let (tx, rx) = tokio::sync::mpsc::channel(2 * sources.len() + 2);
         let scheduler = scheduler::Scheduler::new(
-            self.servers.clone(),
+            sources,
             self.config.clone(),
             input,
             start.clone().unwrap_or_default(),
             tx,
+            self.counts.clone(),
         );
         let task = self.runtime.spawn(scheduler.run());
         RemoteStream {

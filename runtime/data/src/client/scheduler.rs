@@ -8,20 +8,26 @@
 //! anything a dead server still sends is dropped as a duplicate; together: exactly once.
 //! In deterministic mode batches are yielded in plan order whoever produced them, and no shard
 //! is started more than a window ahead of the one being yielded, which bounds the buffer.
+//!
+//! A source is a data server or, in a hybrid job, the pipeline on the trainer's own host
+//! ([`Source::Local`]): the same engine on a blocking thread, with credits like a server's. It
+//! takes shards from the same queue by the same rule, so each side gets work in proportion to
+//! its speed, and dedup, order and resume are the one code path above.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hetgen_pipeline::{Batch, EpochPlan, InputConfig, Position};
+use hetgen_pipeline::{Batch, Engine, EpochPlan, InputConfig, Position};
 use tokio::sync::mpsc;
 
-use super::{ClientConfig, ClientError, Delivery, Server};
+use super::{ClientConfig, ClientError, Delivery, LOCAL_SOURCE, Server, SourceCounts};
 use crate::checksum::batch_checksum;
 use crate::proto::{AckRequest, HeartbeatRequest, ShardRequest};
 
 enum Event {
     Batch {
+        server: usize,
         shard: usize,
         index: u32,
         batch: Batch,
@@ -38,8 +44,40 @@ enum Event {
     },
 }
 
+/// Where a shard can be made.
+#[derive(Clone)]
+pub(super) enum Source {
+    /// A data server (boxed: a handful per client, cloned once per shard).
+    Remote(Box<Server>),
+    /// The pipeline on this host (hybrid input).
+    Local(Arc<Engine>),
+}
+
+impl Source {
+    fn name(&self) -> &str {
+        match self {
+            Source::Remote(server) => &server.host,
+            Source::Local(_) => LOCAL_SOURCE,
+        }
+    }
+
+    /// Shards it may have in flight: what a server says in its handshake; for the local
+    /// engine what a server of its size would say.
+    fn credits(&self) -> u32 {
+        match self {
+            Source::Remote(server) => server.info.max_inflight_shards.max(1),
+            Source::Local(engine) => local_credits(engine.threads()),
+        }
+    }
+}
+
+/// A server's credits for a pool of `threads` (the data server's own rule).
+fn local_credits(threads: usize) -> u32 {
+    (threads as u32).div_ceil(8).max(2)
+}
+
 struct Slot {
-    server: Server,
+    source: Source,
     alive: bool,
     inflight: u32,
 }
@@ -50,7 +88,8 @@ struct ShardState {
     total: u32,
     received: u32,
     yielded: u32,
-    buffer: BTreeMap<u32, Batch>,
+    /// Received batches not yet yielded, with the slot that made each.
+    buffer: BTreeMap<u32, (Batch, usize)>,
 }
 
 pub(super) struct Scheduler {
@@ -61,20 +100,22 @@ pub(super) struct Scheduler {
     out: mpsc::Sender<Delivery>,
     last_error: String,
     duplicates: u64,
+    counts: Arc<SourceCounts>,
 }
 
 impl Scheduler {
     pub(super) fn new(
-        servers: Vec<Server>,
+        sources: Vec<Source>,
         config: ClientConfig,
         input: InputConfig,
         start: Position,
         out: mpsc::Sender<Delivery>,
+        counts: Arc<SourceCounts>,
     ) -> Self {
-        let slots = servers
+        let slots = sources
             .into_iter()
-            .map(|server| Slot {
-                server,
+            .map(|source| Slot {
+                source,
                 alive: true,
                 inflight: 0,
             })
@@ -87,12 +128,19 @@ impl Scheduler {
             out,
             last_error: String::new(),
             duplicates: 0,
+            counts,
         }
     }
 
     pub(super) async fn run(mut self) {
         let heartbeat = tokio::spawn(heartbeats(
-            self.slots.iter().map(|s| s.server.clone()).collect(),
+            self.slots
+                .iter()
+                .filter_map(|s| match &s.source {
+                    Source::Remote(server) => Some((**server).clone()),
+                    Source::Local(_) => None,
+                })
+                .collect(),
             self.config.trainer_id.clone(),
             self.config.heartbeat,
         ));
@@ -174,6 +222,7 @@ impl Scheduler {
             };
             match event {
                 Event::Batch {
+                    server,
                     shard,
                     index,
                     batch,
@@ -190,7 +239,7 @@ impl Scheduler {
                         continue;
                     }
                     state.received += 1;
-                    state.buffer.insert(index, batch);
+                    state.buffer.insert(index, (batch, server));
                     let from = if self.input.deterministic {
                         cursor
                     } else {
@@ -206,11 +255,9 @@ impl Scheduler {
                     if state.received == state.total {
                         self.ack(server, epoch, state.id);
                     } else if !queue.contains(&shard) {
-                        self.last_error = format!(
-                            "{} ended shard {} early",
-                            self.slots[server].server.host, state.id
-                        );
-                        tracing::warn!(host = %self.slots[server].server.host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
+                        let host = self.slots[server].source.name().to_owned();
+                        self.last_error = format!("{host} ended shard {} early", state.id);
+                        tracing::warn!(%host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
                         queue.push_front(shard);
                     }
                 }
@@ -222,11 +269,14 @@ impl Scheduler {
                 } => {
                     let slot = &mut self.slots[server];
                     slot.inflight -= 1;
-                    let host = slot.server.host.clone();
+                    let host = slot.source.name().to_owned();
                     if fatal {
-                        return Err(ClientError::Mismatch {
-                            host,
-                            message: error,
+                        return Err(match slot.source {
+                            Source::Local(_) => ClientError::Local(error),
+                            Source::Remote(_) => ClientError::Mismatch {
+                                host,
+                                message: error,
+                            },
                         });
                     }
                     if slot.alive {
@@ -249,8 +299,9 @@ impl Scheduler {
     async fn flush(&mut self, shards: &mut [ShardState], from: usize) -> bool {
         let deterministic = self.input.deterministic;
         for state in shards[from..].iter_mut() {
-            while let Some(batch) = state.buffer.remove(&state.yielded) {
+            while let Some((batch, slot)) = state.buffer.remove(&state.yielded) {
                 state.yielded += 1;
+                self.counts.add(slot);
                 if self.out.send(Ok((batch, state.total))).await.is_err() {
                     return false;
                 }
@@ -274,7 +325,7 @@ impl Scheduler {
             .slots
             .iter()
             .filter(|s| s.alive)
-            .map(|s| s.server.info.max_inflight_shards.max(1))
+            .map(|s| s.source.credits())
             .sum();
         let window = cursor + 2 * credits as usize;
         while let Some(&next) = queue.front() {
@@ -285,37 +336,54 @@ impl Scheduler {
                 .slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.alive && s.inflight < s.server.info.max_inflight_shards.max(1))
-                .max_by_key(|(i, s)| {
-                    (
-                        s.server.info.max_inflight_shards - s.inflight,
-                        std::cmp::Reverse(*i),
-                    )
-                })
+                .filter(|(_, s)| s.alive && s.inflight < s.source.credits())
+                .max_by_key(|(i, s)| (s.source.credits() - s.inflight, std::cmp::Reverse(*i)))
                 .map(|(i, _)| i);
             let Some(server) = best else { return };
             queue.pop_front();
             self.slots[server].inflight += 1;
             let state = &shards[next];
-            let task = ShardTask {
-                server,
-                shard: next,
-                client: self.slots[server].server.clone(),
-                epoch,
-                shard_id: state.id,
-                ids: state.ids.clone(),
-                from: state.received,
-                batch_size: self.input.batch_size,
-                trainer_id: self.config.trainer_id.clone(),
-                stall: self.config.stall_timeout,
-                events: events.clone(),
-            };
-            tokio::spawn(task.run());
+            match &self.slots[server].source {
+                Source::Remote(client) => {
+                    let task = ShardTask {
+                        server,
+                        shard: next,
+                        client: (**client).clone(),
+                        epoch,
+                        shard_id: state.id,
+                        ids: state.ids.clone(),
+                        from: state.received,
+                        batch_size: self.input.batch_size,
+                        trainer_id: self.config.trainer_id.clone(),
+                        stall: self.config.stall_timeout,
+                        events: events.clone(),
+                    };
+                    tokio::spawn(task.run());
+                }
+                Source::Local(engine) => {
+                    let task = LocalShard {
+                        server,
+                        shard: next,
+                        engine: engine.clone(),
+                        epoch,
+                        shard_id: state.id,
+                        ids: state.ids.clone(),
+                        from: state.received,
+                        batch_size: self.input.batch_size,
+                        events: events.clone(),
+                    };
+                    tokio::spawn(task.run());
+                }
+            }
         }
     }
 
+    /// Tell a server its shard arrived whole (the local engine keeps no such record).
     fn ack(&self, server: usize, epoch: u32, shard: u32) {
-        let mut client = self.slots[server].server.client.clone();
+        let Source::Remote(server) = &self.slots[server].source else {
+            return;
+        };
+        let mut client = server.client.clone();
         let request = AckRequest {
             epoch,
             shards: vec![shard],
@@ -449,6 +517,7 @@ impl ShardTask {
             if self
                 .events
                 .send(Event::Batch {
+                    server: self.server,
                     shard: self.shard,
                     index,
                     batch,
@@ -459,6 +528,69 @@ impl ShardTask {
                 return Ok(());
             }
         }
+    }
+}
+
+/// A shard made by the local engine on a blocking thread, reported as a server's stream is.
+struct LocalShard {
+    server: usize,
+    shard: usize,
+    engine: Arc<Engine>,
+    epoch: u32,
+    shard_id: u32,
+    ids: Arc<Vec<u64>>,
+    from: u32,
+    batch_size: u32,
+    events: mpsc::Sender<Event>,
+}
+
+impl LocalShard {
+    async fn run(self) {
+        let (server, shard) = (self.server, self.shard);
+        let events = self.events.clone();
+        let work = tokio::task::spawn_blocking(move || self.make());
+        let event = match work.await {
+            Ok(Ok(())) => Event::Ended { server, shard },
+            // The same sample fails the same way on every server: a data error.
+            Ok(Err(error)) => Event::Failed {
+                server,
+                shard,
+                error,
+                fatal: true,
+            },
+            // A panic (a custom stage's, say) loses this source, not the epoch.
+            Err(join) => Event::Failed {
+                server,
+                shard,
+                error: format!("the local pipeline stopped: {join}"),
+                fatal: false,
+            },
+        };
+        let _ = events.send(event).await;
+    }
+
+    /// Run the shard from batch `from` on; stops early once the scheduler is gone.
+    fn make(&self) -> Result<(), String> {
+        let bs = self.batch_size as usize;
+        let ids = &self.ids[(self.from as usize * bs).min(self.ids.len())..];
+        self.engine
+            .run_shard(
+                self.epoch,
+                self.shard_id,
+                ids,
+                self.batch_size,
+                &mut |mut batch| {
+                    batch.index += self.from;
+                    let event = Event::Batch {
+                        server: self.server,
+                        shard: self.shard,
+                        index: batch.index,
+                        batch,
+                    };
+                    self.events.blocking_send(event).is_ok()
+                },
+            )
+            .map_err(|e| e.to_string())
     }
 }
 
