@@ -18,7 +18,8 @@ import pytest
 import sagemaker_model as model
 
 REPO = pathlib.Path(os.environ.get("HETGEN_REPO") or pathlib.Path(__file__).resolve().parents[2])
-EXAMPLES = sorted((REPO / "examples").glob("*.toml"))
+# Single-file examples and the project examples (a folder with hetgen.toml and its script).
+EXAMPLES = sorted([*(REPO / "examples").glob("*.toml"), *(REPO / "examples").glob("*/hetgen.toml")])
 CATALOG = REPO / "generator/spec/data/instances.toml"
 
 

@@ -21,7 +21,9 @@ import tomllib
 import pytest
 
 REPO = pathlib.Path(os.environ.get("HETGEN_REPO") or pathlib.Path(__file__).resolve().parents[2])
-EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.toml")
+# Single-file examples and the project examples (a folder with hetgen.toml and its script).
+EXAMPLES = sorted(p for p in [*(REPO / "examples").glob("*.toml"),
+                              *(REPO / "examples").glob("*/hetgen.toml")]
                   if "sagemaker" in tomllib.loads(p.read_text()))
 TOKEN_VAR = "HETGEN_JOB_TOKEN"
 

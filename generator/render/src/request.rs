@@ -99,6 +99,9 @@ pub struct CreateTrainingJob {
 pub struct AlgorithmSpecification {
     pub training_image: String,
     pub training_input_mode: InputMode,
+    /// Absent when there are none (a script-mode job without `[[sagemaker.metric]]`), as the
+    /// SDKs send it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub metric_definitions: Vec<MetricDefinition>,
 }
 

@@ -44,6 +44,7 @@ pub(super) fn sagemaker(
     ctx: &mut Ctx<'_>,
     sm: &RawSageMaker,
     groups: &[Group],
+    script: bool,
 ) -> Option<SageMaker> {
     let at = path!["sagemaker"];
     let mut ok = true;
@@ -132,7 +133,10 @@ pub(super) fn sagemaker(
     let tags = sm.tags.clone().unwrap_or_default();
     ok &= check_tags(ctx, &tags);
     let environment = sm.environment.clone().unwrap_or_default();
-    ok &= check_environment(ctx, &environment);
+    // What hetgen adds to the job's Environment: the job token (`deploy`, the SDK files) and,
+    // in script mode, `SAGEMAKER_PROGRAM` unless the spec sets it.
+    let added = 1 + usize::from(script && !environment.contains_key("SAGEMAKER_PROGRAM"));
+    ok &= check_environment(ctx, &environment, added);
     let hyperparameters: BTreeMap<String, String> = sm
         .hyperparameters
         .iter()
@@ -147,7 +151,7 @@ pub(super) fn sagemaker(
         0
     };
     ok &= check_hyperparameters(ctx, &hyperparameters, reserved);
-    let metrics = metrics(ctx, sm);
+    let metrics = metrics(ctx, sm, script);
     let vpc = sm.vpc.as_ref().map(|v| vpc(ctx, v));
 
     Some(SageMaker {
@@ -258,20 +262,21 @@ fn check_tags(ctx: &mut Ctx<'_>, tags: &BTreeMap<String, String>) -> bool {
     ok
 }
 
-fn check_environment(ctx: &mut Ctx<'_>, env: &BTreeMap<String, String>) -> bool {
+fn check_environment(ctx: &mut Ctx<'_>, env: &BTreeMap<String, String>, added: usize) -> bool {
     let at = path!["sagemaker", "environment"];
     let mut ok = true;
-    if env.len() > MAX_ENVIRONMENT {
+    let room = MAX_ENVIRONMENT - added;
+    if env.len() > room {
         ok = false;
         ctx.error(
             "hetgen::spec::too-many-environment",
             &at,
             format!(
-                "{} environment variables, SageMaker allows {MAX_ENVIRONMENT}",
+                "{} environment variables and hetgen's {added}, SageMaker allows {MAX_ENVIRONMENT}",
                 env.len()
             ),
             "too many",
-            format!("keep at most {MAX_ENVIRONMENT}; put the rest in a config file in the image"),
+            format!("keep at most {room}; put the rest in a config file in the image"),
         );
     }
     for (key, value) in env {
@@ -360,8 +365,13 @@ fn check_hyperparameters(
     ok
 }
 
-fn metrics(ctx: &mut Ctx<'_>, sm: &RawSageMaker) -> Option<Vec<Metric>> {
-    let mut all = builtin_metrics();
+fn metrics(ctx: &mut Ctx<'_>, sm: &RawSageMaker, script: bool) -> Option<Vec<Metric>> {
+    // The built-in trainer's `hetgen-step` lines; a user's script prints its own.
+    let mut all = if script {
+        Vec::new()
+    } else {
+        builtin_metrics()
+    };
     let user = sm.metric.as_deref().unwrap_or_default();
     let mut ok = true;
     if all.len() + user.len() > MAX_METRICS {
