@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# hetgen's pipeline beside torchvision's on the same JPEGs, in one go, and their ratio per core.
+# hetgen's pipeline beside torchvision's and DALI's CPU pipeline on the same JPEGs, in one go,
+# and hetgen's ratio to each, per core.
 #   bench/pipeline.sh [SECONDS_PER_MEASUREMENT] [ROUNDS]
-# First both full tables (every op), then ROUNDS alternating runs of the two pipelines alone:
-# a shared machine's speed drifts over seconds, so each round's ratio compares neighbours in
-# time, and the median of the rounds is the figure to quote.
+# First the full tables (every op), then ROUNDS alternating runs of the three pipelines alone:
+# a shared machine's speed drifts over seconds, so each round's ratios compare neighbours in
+# time, and the median of the rounds is the figure to quote. Every run is pinned to the same
+# CPU (the first this shell may use), so all three get one core.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -11,26 +13,34 @@ seconds="${1:-3}"
 rounds="${2:-5}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 scripts/system-deps.sh
-venv="$(scripts/torch-env.sh)"
-"$venv/bin/pip" install -q --disable-pip-version-check -r requirements/bench.txt >&2
+venv="$(scripts/bench-env.sh)"
 fixtures="$CARGO_TARGET_DIR/bench-fixtures"
 cargo build -q --release -p hetgen-pipeline --example pipeline_bench
-ours="$CARGO_TARGET_DIR/release/examples/pipeline_bench"
-theirs=("$venv/bin/python" bench/torchvision_pipeline.py)
-"$ours" "$fixtures" "$seconds" | grep -v -- '-rate '
+cpu="$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')"
+one=(taskset -c "$cpu")
+ours=("${one[@]}" "$CARGO_TARGET_DIR/release/examples/pipeline_bench")
+theirs=("${one[@]}" "$venv/bin/python" bench/torchvision_pipeline.py)
+dali=("${one[@]}" "$venv/bin/python" bench/dali_pipeline.py)
+"${ours[@]}" "$fixtures" "$seconds" | grep -v -- '-rate '
 echo
 "${theirs[@]}" "$fixtures" "$seconds" | grep -v -- '-rate '
+"${dali[@]}" "$fixtures" "$seconds" | grep -v -- '-rate ' | tail -n 1
 echo
-echo "| round | hetgen images/s | torchvision images/s | ratio |"
-echo "|---:|---:|---:|---:|"
-ratios=()
+echo "| round | hetgen images/s | torchvision images/s | DALI CPU images/s | hetgen / torchvision | hetgen / DALI |"
+echo "|---:|---:|---:|---:|---:|---:|"
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+to_tv=()
+to_dali=()
 for round in $(seq 1 "$rounds"); do
-  a="$("$ours" "$fixtures" "$seconds" pipeline | awk '/^hetgen-pipeline-rate/ {print $2}')"
+  a="$("${ours[@]}" "$fixtures" "$seconds" pipeline | awk '/^hetgen-pipeline-rate/ {print $2}')"
   b="$("${theirs[@]}" "$fixtures" "$seconds" pipeline | awk '/^torchvision-pipeline-rate/ {print $2}')"
+  c="$("${dali[@]}" "$fixtures" "$seconds" | awk '/^dali-pipeline-rate/ {print $2}')"
   r="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
-  ratios+=("$r")
-  echo "| $round | $a | $b | $r |"
+  d="$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", a / c }')"
+  to_tv+=("$r")
+  to_dali+=("$d")
+  echo "| $round | $a | $b | $c | $r | $d |"
 done
-median="$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')"
 echo
-echo "hetgen / torchvision, per core (median of $rounds rounds): ${median}x"
+echo "hetgen / torchvision, per core (median of $rounds rounds): $(printf '%s\n' "${to_tv[@]}" | median)x"
+echo "hetgen / DALI CPU, per core (median of $rounds rounds): $(printf '%s\n' "${to_dali[@]}" | median)x"

@@ -9,8 +9,8 @@ seconds="${1:-5}"
 rounds="${2:-5}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 scripts/system-deps.sh
-venv="$(scripts/torch-env.sh)"
-"$venv/bin/pip" install -q --disable-pip-version-check -r requirements/bench.txt >&2
+# torchvision from requirements/bench.txt: the bench venv, on top of the torch venv.
+venv="$(scripts/bench-env.sh)"
 tools="$(scripts/python-env.sh)"
 # The release wheel (make test installs a debug one, which is no fair contender).
 rm -rf "$CARGO_TARGET_DIR/wheels-release"
