@@ -70,7 +70,7 @@ pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
             ClientError::Token(_) | ClientError::NoHosts | ClientError::Runtime(_) => {
                 ConfigurationError::new_err(message)
             }
-            ClientError::AllServersFailed(_) => DataError::new_err(message),
+            ClientError::AllServersFailed(_) | ClientError::Local(_) => DataError::new_err(message),
         };
     }
     if error.is::<TokenError>() || error.is::<RoleError>() {

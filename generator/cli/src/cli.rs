@@ -244,10 +244,6 @@ pub struct PlanArgs {
     /// A profile written by `hetgen profile --gpu-samples-per-s`, for the vCPUs per GPU
     #[arg(long)]
     pub profile: Option<PathBuf>,
-    /// vCPUs of the trainer host kept for its own work (the training loop, the runtime)
-    #[arg(long, value_name = "VCPUS", default_value = "0",
-          value_parser = value::whole::<u32>(0, 10_000))]
-    pub reserve_vcpus: u32,
     /// How many data-group options to show
     #[arg(long, value_name = "N", default_value = "5", value_parser = value::whole::<usize>(0, 100))]
     pub options: usize,
@@ -531,7 +527,6 @@ mod tests {
             ("deploy", "seed"),
             ("list", "max"),
             ("plan", "cpu-per-gpu"),
-            ("plan", "reserve-vcpus"),
             ("plan", "options"),
             ("compare", "baseline-step-ms"),
             ("compare", "candidate-price"),

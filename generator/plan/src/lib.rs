@@ -8,9 +8,12 @@
 //! - [`compare`]: two clusters' cost per step from measured step times.
 //!
 //! The model: a GPU is busy at most `available vCPUs / needed vCPUs` of the time, where
-//! `needed = cpu_per_gpu × GPUs` and `available` counts every data instance's vCPUs plus the
-//! trainer host's own, less what it keeps for its own work (`reserve_vcpus`). An 8-GPU,
-//! 96-vCPU host whose pipeline needs 20 vCPUs per GPU is capped at 96 / 160 = 60%.
+//! `needed = cpu_per_gpu × GPUs` and `available` counts every data instance's vCPUs plus what
+//! each trainer host's own pipeline gets: [`Job::trainer_threads`], the function the launcher
+//! sizes that pipeline with (the host's vCPUs less `reserve_vcpus`; with data groups this is
+//! the hybrid input). An 8-GPU, 96-vCPU host that keeps none and whose pipeline needs 20 vCPUs
+//! per GPU is capped at 96 / 160 = 60%. Per side ([`SidePlan`]) the plan counts those vCPUs and,
+//! given a measured rate per vCPU (`hetgen profile`), predicts the samples/s each side makes.
 
 use hetgen_spec::model::Role;
 use hetgen_spec::{Catalog, Job};
@@ -95,10 +98,26 @@ pub struct GroupPlan {
     pub price_per_hour: Option<f64>,
 }
 
+/// What one side of the cluster gives the pipeline: the trainer hosts' own cores (alone in a
+/// homogeneous job, beside the data hosts in a hybrid one) or the data hosts'.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SidePlan {
+    /// `trainer` or `data`.
+    pub side: Role,
+    /// Hosts on that side.
+    pub hosts: u32,
+    /// vCPUs that run the pipeline there, all hosts together.
+    pub vcpus: u32,
+    /// Predicted samples/s of those vCPUs, from a measured rate per vCPU.
+    pub samples_per_s: Option<f64>,
+}
+
 /// The cluster's sizing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     pub groups: Vec<GroupPlan>,
+    /// The pipeline's vCPUs per side, trainer first.
+    pub sides: Vec<SidePlan>,
     pub vcpus: u32,
     pub gpus: u32,
     pub price_per_hour: Option<f64>,
@@ -112,7 +131,6 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Demand {
     pub cpu_per_gpu: f64,
-    pub reserve_vcpus: u32,
     pub needed_vcpus: f64,
     pub available_vcpus: f64,
     /// Predicted GPU utilisation cap, 0–1.
@@ -137,12 +155,13 @@ pub struct DataOption {
 }
 
 /// Sizes `job`. With `cpu_per_gpu`, also the GPU cap and the cheapest data groups (up to
-/// `options`) that remove it.
+/// `options`) that remove it; with `samples_per_s_per_vcpu` (a profile's rate over its
+/// threads), each side's predicted samples/s.
 pub fn plan(
     job: &Job,
     catalog: &Catalog,
     cpu_per_gpu: Option<f64>,
-    reserve_vcpus: u32,
+    samples_per_s_per_vcpu: Option<f64>,
     options: usize,
 ) -> Result<Plan, PlanError> {
     if let Some(per_gpu) = cpu_per_gpu
@@ -172,6 +191,7 @@ pub fn plan(
     let gpus = total(groups.iter().map(|g| g.gpus), "GPUs")?;
     let price_per_hour = groups.iter().map(|g| g.price_per_hour).sum::<Option<f64>>();
     let vcpu_per_gpu = (gpus > 0).then(|| f64::from(vcpus) / f64::from(gpus));
+    let sides = sides(job, &groups, samples_per_s_per_vcpu)?;
 
     let demand = match cpu_per_gpu {
         Some(per_gpu) if gpus > 0 => {
@@ -179,12 +199,8 @@ pub fn plan(
                 .iter()
                 .find(|g| g.role == Role::Trainer)
                 .expect("a resolved job has a trainer group");
-            let trainer_own = f64::from(trainer.vcpus.saturating_sub(reserve_vcpus));
-            let data: f64 = groups
-                .iter()
-                .filter(|g| g.role == Role::Data)
-                .map(|g| f64::from(g.vcpus))
-                .sum();
+            let trainer_own = f64::from(sides[0].vcpus);
+            let data = f64::from(sides.get(1).map_or(0, |s| s.vcpus));
             let needed = per_gpu * f64::from(gpus);
             let available = trainer_own + data;
             let gpu_cap = cap(available, needed);
@@ -192,7 +208,6 @@ pub fn plan(
             let deficit = (needed - trainer_own).max(0.0);
             Some(Demand {
                 cpu_per_gpu: per_gpu,
-                reserve_vcpus,
                 needed_vcpus: needed,
                 available_vcpus: available,
                 gpu_cap,
@@ -204,12 +219,44 @@ pub fn plan(
     };
     Ok(Plan {
         groups,
+        sides,
         vcpus,
         gpus,
         price_per_hour,
         vcpu_per_gpu,
         demand,
     })
+}
+
+/// The trainer side (always) and the data side (when the job has data groups).
+fn sides(job: &Job, groups: &[GroupPlan], rate: Option<f64>) -> Result<Vec<SidePlan>, PlanError> {
+    let predict = |vcpus: u32| rate.map(|r| r * f64::from(vcpus));
+    let mut trainer = (0, 0);
+    for (group, g) in job.groups.iter().zip(groups) {
+        if g.role == Role::Trainer {
+            // Per host, exactly what the launcher gives the local pipeline on that type.
+            let per_host = job.trainer_threads(group.vcpus.unwrap_or(0));
+            trainer.0 = total([trainer.0, g.count], "hosts")?;
+            trainer.1 = total([trainer.1, mul(per_host, g.count, "vCPUs")?], "vCPUs")?;
+        }
+    }
+    let mut out = vec![SidePlan {
+        side: Role::Trainer,
+        hosts: trainer.0,
+        vcpus: trainer.1,
+        samples_per_s: predict(trainer.1),
+    }];
+    if !job.is_homogeneous() {
+        let data: Vec<&GroupPlan> = groups.iter().filter(|g| g.role == Role::Data).collect();
+        let vcpus = total(data.iter().map(|g| g.vcpus), "vCPUs")?;
+        out.push(SidePlan {
+            side: Role::Data,
+            hosts: total(data.iter().map(|g| g.count), "hosts")?,
+            vcpus,
+            samples_per_s: predict(vcpus),
+        });
+    }
+    Ok(out)
 }
 
 /// The share of time the GPUs can be busy: 1 when the vCPUs suffice.

@@ -76,6 +76,45 @@ impl Job {
         self.data_groups().next().is_none()
     }
 
+    /// Pipeline threads on one trainer host that has `host_vcpus` vCPUs, for all of its
+    /// processes together: what the launcher gives the local pipeline (`host_vcpus` the cores it
+    /// may use) and what `hetgen plan` counts for the trainer side (`host_vcpus` the catalog's).
+    /// One function, so the two cannot disagree.
+    ///
+    /// With data groups this is the hybrid share, `0` when off: `trainer_threads` outright, or
+    /// the host's vCPUs less `reserve_vcpus` (by default [`default_reserve_vcpus`]), and `0`
+    /// when the source's channel does not reach the trainer group. Without data groups the
+    /// trainer is the only pipeline: `threads` when set, else the same share, at least 1.
+    pub fn trainer_threads(&self, host_vcpus: u32) -> u32 {
+        let gpus = self.trainer_group().gpus.unwrap_or(0);
+        let share = match self.pipeline.trainer_cpus {
+            TrainerCpus::Threads(n) => n,
+            TrainerCpus::Reserve(r) => host_vcpus.saturating_sub(r),
+            TrainerCpus::Auto => host_vcpus.saturating_sub(default_reserve_vcpus(gpus)),
+        };
+        if self.is_homogeneous() {
+            self.pipeline.threads.unwrap_or(share).max(1)
+        } else if self.trainer_reads_source() {
+            share
+        } else {
+            0
+        }
+    }
+
+    /// Whether the trainer group receives what the pipeline reads (always for a synthetic
+    /// source; for a channel, when it names no groups or names the trainer's).
+    pub fn trainer_reads_source(&self) -> bool {
+        let channel = match &self.pipeline.source {
+            Source::ImageFolder { channel } | Source::TarShards { channel } => channel,
+            Source::Synthetic { .. } => return true,
+        };
+        let trainer = &self.trainer_group().name;
+        self.channels
+            .iter()
+            .find(|c| &c.name == channel)
+            .is_some_and(|c| c.instance_groups.is_empty() || c.instance_groups.contains(trainer))
+    }
+
     /// The groups that run the pipeline: the data groups, or the trainer without them.
     pub fn pipeline_groups(&self) -> Vec<&Group> {
         if self.is_homogeneous() {
@@ -137,10 +176,33 @@ pub struct Pipeline {
     pub shard_size: u32,
     /// Worker threads; `None` means the cores the process may use.
     pub threads: Option<u32>,
+    /// How many of a trainer host's vCPUs its own pipeline uses ([`Job::trainer_threads`]).
+    #[serde(default)]
+    pub trainer_cpus: TrainerCpus,
     /// Stages in order, defaults applied.
     pub stages: Vec<Stage>,
     /// `[height, width, channels]` of every sample the pipeline emits.
     pub output_shape: [u32; 3],
+}
+
+/// `[pipeline] reserve_vcpus` / `trainer_threads`: the trainer host's share of preprocessing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainerCpus {
+    /// Keep [`default_reserve_vcpus`] for the training loop; the rest preprocess.
+    #[default]
+    Auto,
+    /// Keep this many vCPUs for the training loop; the rest preprocess.
+    Reserve(u32),
+    /// Exactly this many pipeline threads (0: no hybrid input).
+    Threads(u32),
+}
+
+/// The vCPUs a trainer host keeps for its own work by default: one per GPU (each drives its
+/// GPU from a CPU thread: kernel launches, copies, the DDP process of script mode) and one for
+/// the data client and prefetch, at least 2. docs/spec.md gives the measurements behind it.
+pub fn default_reserve_vcpus(gpus: u32) -> u32 {
+    gpus.saturating_add(1).max(2)
 }
 
 /// Where samples come from.

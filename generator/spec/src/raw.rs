@@ -144,6 +144,14 @@ pub struct RawPipeline {
     pub shard_size: Option<i64>,
     /// Worker threads per pipeline process. Default: the cores the process may use.
     pub threads: Option<i64>,
+    /// vCPUs of each trainer host kept for the training loop; the rest run the pipeline there
+    /// too: beside the data servers in a job with data groups (hybrid input), alone without.
+    /// Default: one per GPU of the trainer's instance type plus one, at least 2. Not with
+    /// `trainer_threads`.
+    pub reserve_vcpus: Option<i64>,
+    /// Pipeline threads on each trainer host, outright (instead of `reserve_vcpus`); `0` turns
+    /// hybrid input off in a job with data groups.
+    pub trainer_threads: Option<i64>,
     /// Stages applied to every sample, in order.
     #[serde(default)]
     pub stage: Vec<RawStage>,

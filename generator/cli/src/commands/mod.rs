@@ -159,8 +159,9 @@ pub struct Profile {
     pub vcpus_per_gpu: Option<f64>,
 }
 
-/// `vcpus_per_gpu` of a profile file, for `hetgen plan --profile`.
-pub fn vcpus_per_gpu(path: &Path) -> Result<f64, Failure> {
+/// `vcpus_per_gpu` of a profile file and its measured samples/s per thread, for
+/// `hetgen plan --profile`.
+pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
     let bad = |why: String, hint: &str| Failure::Profile {
         path: path.to_owned(),
         why,
@@ -174,10 +175,12 @@ pub fn vcpus_per_gpu(path: &Path) -> Result<f64, Failure> {
             "write it again with `hetgen profile`",
         )
     })?;
-    profile.vcpus_per_gpu.ok_or_else(|| {
+    let per_gpu = profile.vcpus_per_gpu.ok_or_else(|| {
         bad(
             "it has no `vcpus_per_gpu`".to_owned(),
             "run `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
         )
-    })
+    })?;
+    let m = &profile.measurement;
+    Ok((per_gpu, m.samples_per_s / m.threads.max(1) as f64))
 }

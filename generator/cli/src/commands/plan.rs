@@ -4,23 +4,21 @@ use std::process::ExitCode;
 
 use hetgen_plan::{Plan, Run};
 use hetgen_spec::Catalog;
+use hetgen_spec::model::Role;
 
 use crate::cli::{CompareArgs, Format, PlanArgs};
 use crate::exit::Failure;
 
 pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let (job, _) = super::load(&args.spec)?;
-    let cpu_per_gpu = match &args.profile {
-        Some(path) => Some(super::vcpus_per_gpu(path)?),
-        None => args.cpu_per_gpu,
+    let (cpu_per_gpu, rate) = match &args.profile {
+        Some(path) => {
+            let (per_gpu, rate) = super::vcpus_per_gpu(path)?;
+            (Some(per_gpu), Some(rate))
+        }
+        None => (args.cpu_per_gpu, None),
     };
-    let plan = hetgen_plan::plan(
-        &job,
-        Catalog::builtin(),
-        cpu_per_gpu,
-        args.reserve_vcpus,
-        args.options,
-    )?;
+    let plan = hetgen_plan::plan(&job, Catalog::builtin(), cpu_per_gpu, rate, args.options)?;
     match args.format {
         Format::Json => println!(
             "{}",
@@ -63,13 +61,28 @@ fn plan_table(plan: &Plan) -> String {
         plan.gpus,
         money(plan.price_per_hour)
     );
+    out += &format!(
+        "\n{:<16} {:>5} {:>14} {:>18}\n",
+        "pipeline side", "hosts", "pipeline vCPUs", "predicted samples/s"
+    );
+    for s in &plan.sides {
+        let side = match (s.side, plan.sides.len()) {
+            (Role::Trainer, 1) => "trainer",
+            (Role::Trainer, _) => "trainer (hybrid)",
+            (Role::Data, _) => "data",
+        };
+        let rate = s
+            .samples_per_s
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"));
+        out += &format!("{side:<16} {:>5} {:>14} {rate:>18}\n", s.hosts, s.vcpus);
+    }
     if let Some(r) = plan.vcpu_per_gpu {
         out += &format!("\nvCPU:GPU ratio {r:.1}\n");
     }
     if let Some(d) = &plan.demand {
         out += &format!(
-            "the pipeline needs {:.0} vCPUs ({} per GPU); the cluster has {:.0} for it (trainer keeps {})\n",
-            d.needed_vcpus, d.cpu_per_gpu, d.available_vcpus, d.reserve_vcpus
+            "the pipeline needs {:.0} vCPUs ({} per GPU); the cluster has {:.0} for it\n",
+            d.needed_vcpus, d.cpu_per_gpu, d.available_vcpus
         );
         out += &format!("predicted GPU utilisation cap: {:.0}%", d.gpu_cap * 100.0);
         if let Some(c) = d.cost_per_busy_gpu_hour {

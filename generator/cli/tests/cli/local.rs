@@ -229,10 +229,20 @@ fn profile_writes_what_plan_reads() {
         ],
         &dir,
     );
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (plan, by_flag) = (json(&plan), json(&by_flag));
     assert_eq!(
-        plan.stdout, by_flag.stdout,
+        plan["demand"], by_flag["demand"],
         "--profile means --cpu-per-gpu of the profile"
     );
+    // And the profile's rate per thread predicts each side's samples/s.
+    let rate = profile["samples_per_s"].as_f64().unwrap() / profile["threads"].as_f64().unwrap();
+    let data = &plan["sides"][1];
+    let predicted = data["samples_per_s"].as_f64().unwrap();
+    assert!((predicted - rate * data["vcpus"].as_f64().unwrap()).abs() < 1e-6 * predicted);
+    assert!(by_flag["sides"][1]["samples_per_s"].is_null());
 
     // A profile without a GPU rate cannot size a cluster, and says how to fix that.
     assert_eq!(

@@ -1,7 +1,7 @@
 //! The data pipeline: its source, where the source's channel goes, and the stages in order.
 
 use crate::check::Ctx;
-use crate::model::{Channel, Group, Pipeline, Role, Source, Stage};
+use crate::model::{Channel, Group, Pipeline, Role, Source, Stage, TrainerCpus};
 use crate::path;
 use crate::raw::{RawSource, RawSpec, RawStage};
 use crate::rules::cluster::ticked;
@@ -48,6 +48,7 @@ pub(super) fn pipeline(
             "`threads`",
         )
     });
+    let trainer_cpus = trainer_cpus(ctx, p);
 
     let mut flow = Flow::from_source(&source);
     let mut stages = Vec::new();
@@ -70,9 +71,51 @@ pub(super) fn pipeline(
             Some(t) => Some(t? as u32),
             None => None,
         },
+        trainer_cpus: trainer_cpus?,
         stages: (stages.len() == p.stage.len()).then_some(stages)?,
         output_shape: output_shape?,
     })
+}
+
+/// `reserve_vcpus` or `trainer_threads`, not both.
+fn trainer_cpus(ctx: &mut Ctx<'_>, p: &crate::raw::RawPipeline) -> Option<TrainerCpus> {
+    let reserve = p.reserve_vcpus.map(|r| {
+        int_in(
+            ctx,
+            "hetgen::spec::reserve-vcpus",
+            &path!["pipeline", "reserve_vcpus"],
+            r,
+            (0, 100_000),
+            "`reserve_vcpus`",
+        )
+    });
+    let threads = p.trainer_threads.map(|t| {
+        int_in(
+            ctx,
+            "hetgen::spec::threads",
+            &path!["pipeline", "trainer_threads"],
+            t,
+            (0, 1024),
+            "`trainer_threads`",
+        )
+    });
+    match (reserve, threads) {
+        (Some(_), Some(_)) => {
+            ctx.error_at_key(
+                "hetgen::spec::trainer-cpus",
+                &path!["pipeline", "trainer_threads"],
+                "`reserve_vcpus` and `trainer_threads` both say how many of the trainer's vCPUs \
+                 preprocess",
+                "set one of them",
+                "keep `reserve_vcpus` (vCPUs the training loop keeps) or `trainer_threads` \
+                 (pipeline threads outright), not both",
+            );
+            None
+        }
+        (Some(r), None) => Some(TrainerCpus::Reserve(r? as u32)),
+        (None, Some(t)) => Some(TrainerCpus::Threads(t? as u32)),
+        (None, None) => Some(TrainerCpus::Auto),
+    }
 }
 
 fn source(

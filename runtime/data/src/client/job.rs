@@ -28,6 +28,26 @@ pub fn trainer_hosts(job: &Job, env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// Threads of this host's own pipeline for each of its `local_ranks` trainer processes: the
+/// spec's share of the cores this process may use ([`Job::trainer_threads`], the function
+/// `hetgen plan` counts with), divided among the ranks (rounded down, so the host is never
+/// oversubscribed). With data hosts 0 means no hybrid input; without them it is at least 1.
+/// The built-in trainer (one process) and `hetgen.Loader` both size their pipeline with it.
+pub fn local_threads(job: &Job, local_ranks: u32) -> u32 {
+    let cores = u32::try_from(hetgen_pipeline::available_cores()).unwrap_or(u32::MAX);
+    per_rank(job, job.trainer_threads(cores), local_ranks)
+}
+
+/// `host_threads` divided among `local_ranks`, as [`local_threads`] does.
+pub fn per_rank(job: &Job, host_threads: u32, local_ranks: u32) -> u32 {
+    let part = host_threads / local_ranks.max(1);
+    if job.is_homogeneous() {
+        part.max(1)
+    } else {
+        part
+    }
+}
+
 /// The name a trainer process gives the servers: `<host>/rank-<rank>`, stable across restarts.
 pub fn trainer_id(env: &Env, rank: u32) -> String {
     format!("{}/rank-{rank}", env.host())
