@@ -2,6 +2,7 @@
 //! JSON on one `hetgen-summary` line of its log. The trainer writes it; the launcher returns it;
 //! `hetgen deploy --local` and `hetgen bench` read it back.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,14 @@ pub struct Summary {
     pub replicas: usize,
     /// The step of the checkpoint this process resumed from, if any.
     pub resumed_from_step: Option<u64>,
+    /// Batches this process trained on per source, when its input was the data service: each
+    /// data host by name and `local` for this host's own pipeline (hybrid input).
+    #[serde(default)]
+    pub batches_by_source: BTreeMap<String, u64>,
+    /// Threads of this host's own pipeline: the whole input without data hosts, the hybrid
+    /// share beside them (0: none).
+    #[serde(default)]
+    pub local_threads: u32,
 }
 
 impl Summary {
@@ -51,6 +60,14 @@ impl Summary {
             "{SUMMARY_LINE_PREFIX} {}",
             serde_json::to_string(self).expect("a summary serializes")
         )
+    }
+
+    /// Writes `summary.json` into an output data folder (the launcher adds what only it knows to
+    /// the trainer's summary).
+    pub fn write(&self, output_data_dir: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_string(self).expect("a summary serializes");
+        std::fs::create_dir_all(output_data_dir)?;
+        std::fs::write(output_data_dir.join(SUMMARY_FILE), format!("{json}\n"))
     }
 
     /// Reads `summary.json` from an output data folder; `Ok(None)` when the trainer wrote none.

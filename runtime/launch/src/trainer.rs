@@ -1,9 +1,10 @@
-//! The trainer role: choose the input (data servers or the local pipeline), train, and end the
-//! job's data servers whatever happened, so CPU instances never outlive their trainer.
+//! The trainer role: choose the input (data servers, with this host's own pipeline beside them
+//! when it has vCPUs to spare, or the local pipeline alone), train, and end the job's data
+//! servers whatever happened, so CPU instances never outlive their trainer.
 
 use std::sync::Arc;
 
-use hetgen_data::client::{Client, connect_to_job, data_hosts, trainer_id};
+use hetgen_data::client::{Client, connect_to_job, data_hosts, local_threads, trainer_id};
 use hetgen_env::Env;
 use hetgen_pipeline::{
     BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,
@@ -54,19 +55,28 @@ pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<
     };
     match choice {
         InputChoice::Local => {
-            tracing::info!("input: the pipeline on this instance's own cores");
-            let engine = Arc::new(Engine::new(
-                job,
-                stages,
-                &env.channel_dirs,
-                job.pipeline.threads.map(|t| t as usize),
-            )?);
+            // A homogeneous job's trainer is its only pipeline, sized as `plan` counts it;
+            // `--input local` on a heterogeneous job (an A/B run) keeps the cores it always had.
+            let threads = if job.is_homogeneous() {
+                Some(local_threads(job, 1) as usize)
+            } else {
+                job.pipeline.threads.map(|t| t as usize)
+            };
+            let engine = Arc::new(Engine::new(job, stages, &env.channel_dirs, threads)?);
+            tracing::info!(
+                threads = engine.threads(),
+                "input: the pipeline on this instance's own cores"
+            );
             let config = config(engine.samples_per_epoch());
             let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
                 let stream = LocalInput::new(engine.clone(), config.clone(), start);
                 Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
             };
-            let result = hetgen_trainer::train(job, &paths, &options, &mut open);
+            let result = hetgen_trainer::train(job, &paths, &options, &mut open).map(|mut s| {
+                s.local_threads = engine.threads() as u32;
+                s
+            });
+            let result = result.and_then(|s| record(s, &paths));
             if !hosts.is_empty() {
                 // `--input local` on a heterogeneous job: its data hosts served nothing, but they
                 // must still end with the trainer rather than by their watchdog.
@@ -75,18 +85,57 @@ pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<
             Ok(result?)
         }
         InputChoice::Remote => {
-            tracing::info!("input: the data servers");
             let client = connect_to_job(job, env, trainer_id(env, 0), |_| {})?;
+            let client = match local_threads(job, 1) {
+                0 => {
+                    tracing::info!("input: the data servers");
+                    client
+                }
+                threads => {
+                    tracing::info!(
+                        threads,
+                        "input: the data servers and this host's own pipeline (hybrid)"
+                    );
+                    let engine =
+                        Engine::new(job, stages, &env.channel_dirs, Some(threads as usize))?;
+                    client.with_local(Arc::new(engine))?
+                }
+            };
             let config = config(client.samples_per_epoch());
             let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
                 let stream = client.stream(config.clone(), start);
                 Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
             };
-            let result = hetgen_trainer::train(job, &paths, &options, &mut open);
+            let result = hetgen_trainer::train(job, &paths, &options, &mut open).map(|mut s| {
+                s.batches_by_source = client.batches_by_source();
+                s.local_threads = client.local_threads() as u32;
+                s
+            });
+            let result = result.and_then(|s| record(s, &paths));
             shutdown(&client, &result);
             Ok(result?)
         }
     }
+}
+
+/// Adds what the launcher knows to the trainer's summary file and says where batches came from.
+fn record(summary: Summary, paths: &Paths) -> Result<Summary, hetgen_trainer::TrainError> {
+    if !summary.batches_by_source.is_empty() {
+        let sources: Vec<String> = summary
+            .batches_by_source
+            .iter()
+            .map(|(source, n)| format!("{n} from {source}"))
+            .collect();
+        tracing::info!("input: batches {}", sources.join(", "));
+    }
+    summary
+        .write(&paths.output_data_dir)
+        .map_err(|source| hetgen_trainer::TrainError::Io {
+            what: "write",
+            path: paths.output_data_dir.join(hetgen_env::SUMMARY_FILE),
+            source,
+        })?;
+    Ok(summary)
 }
 
 fn shutdown<T, E: std::fmt::Display>(client: &Client, result: &Result<T, E>) {

@@ -201,11 +201,67 @@ fn remote_and_local_input_give_the_same_loss_sequence() {
     assert!(a[0].1 > a[59].1, "the model learned nothing: {a:?}");
 }
 
+/// [`SYNTHETIC`] with hybrid input: the trainer host's pipeline keeps no vCPU back, so it
+/// preprocesses beside the two data hosts.
+fn hybrid_spec() -> String {
+    SYNTHETIC.replace("shard_size = 48", "shard_size = 48\nreserve_vcpus = 0")
+}
+
+#[test]
+fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
+    let job = job(&hybrid_spec());
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.txt");
+    let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
+    let hybrid = run_completed(&prepare_with_env(&job, dir.path(), 1, env));
+    let mut seen = std::collections::BTreeSet::new();
+    for line in std::fs::read_to_string(&audit).unwrap().lines() {
+        let (epoch, id) = line.split_once(' ').unwrap();
+        let key: (u32, u64) = (epoch.parse().unwrap(), id.parse().unwrap());
+        assert!(seen.insert(key), "sample {key:?} yielded twice");
+    }
+    assert_eq!(seen.iter().filter(|(e, _)| *e == 0).count(), 640);
+
+    // The summary says who made what: this host and the data hosts, 60 batches in all, and
+    // the local pipeline got what `plan` counts for the same spec on these cores.
+    let summary = hybrid.summary.clone().unwrap();
+    let sources = &summary.batches_by_source;
+    let local = sources.get(hetgen_data::client::LOCAL_SOURCE).copied();
+    assert!(local.is_some_and(|n| n > 0), "{sources:?}");
+    assert!(
+        sources.len() == 3 && sources.values().all(|n| *n > 0),
+        "{sources:?}"
+    );
+    assert!(sources.values().sum::<u64>() >= 60, "{sources:?}");
+    let cores = hetgen_pipeline::available_cores() as u32;
+    assert_eq!(summary.local_threads, job.trainer_threads(cores));
+    assert_eq!(summary.local_threads, cores);
+
+    // Deterministic mode: the same batches in the same order as the data hosts alone.
+    let remote_dir = tempfile::tempdir().unwrap();
+    let remote_job =
+        self::job(&SYNTHETIC.replace("shard_size = 48", "shard_size = 48\ntrainer_threads = 0"));
+    let remote = run_completed(&prepare(&remote_job, remote_dir.path(), 2));
+    let remote_summary = remote.summary.clone().unwrap();
+    assert_eq!(remote_summary.local_threads, 0);
+    assert!(
+        !remote_summary
+            .batches_by_source
+            .contains_key(hetgen_data::client::LOCAL_SOURCE)
+    );
+    assert_eq!(
+        losses(&hybrid),
+        losses(&remote),
+        "hybrid and remote-only diverged"
+    );
+}
+
 /// Checkpoint, SIGKILL the trainer mid-run, resume from its checkpoints in a new run: the
-/// final weights equal those of an uninterrupted run, byte for byte.
+/// final weights equal those of an uninterrupted run, byte for byte. With hybrid input, so the
+/// resumed input mixes the trainer's own batches with the data hosts'.
 #[test]
 fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() {
-    let spec = SYNTHETIC
+    let spec = hybrid_spec()
         .replace("steps = 60", "steps = 90\ncheckpoint_every = 10")
         .replace("log_every = 1", "log_every = 10");
     let job = job(&spec);

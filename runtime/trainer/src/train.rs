@@ -241,6 +241,9 @@ pub fn train_observed(
         model: model_name(trainer.model).to_owned(),
         replicas: replicas.len(),
         resumed_from_step: resumed,
+        // The launcher knows where the input came from and adds it.
+        batches_by_source: Default::default(),
+        local_threads: 0,
     };
     write_summary(&paths.output_data_dir, &summary)?;
     Ok(summary)
