@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hetgen's pipeline beside torchvision's and DALI's CPU pipeline on the same JPEGs, in one go,
-# and hetgen's ratio to each, per core.
+# and hetgen's ratio to each, per core; beside them `hetgen profile --threads 1`, the figure users
+# see, on the same files as an image folder.
 #   bench/pipeline.sh [SECONDS_PER_MEASUREMENT] [ROUNDS]
 # First the full tables (every op), then ROUNDS alternating runs of the three pipelines alone:
 # a shared machine's speed drifts over seconds, so each round's ratios compare neighbours in
@@ -16,31 +17,80 @@ scripts/system-deps.sh
 venv="$(scripts/bench-env.sh)"
 fixtures="$CARGO_TARGET_DIR/bench-fixtures"
 cargo build -q --release -p hetgen-pipeline --example pipeline_bench
+cargo build -q --release -p hetgen --bin hetgen
 cpu="$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')"
 one=(taskset -c "$cpu")
 ours=("${one[@]}" "$CARGO_TARGET_DIR/release/examples/pipeline_bench")
 theirs=("${one[@]}" "$venv/bin/python" bench/torchvision_pipeline.py)
 dali=("${one[@]}" "$venv/bin/python" bench/dali_pipeline.py)
 "${ours[@]}" "$fixtures" "$seconds" | grep -v -- '-rate '
+# The same pipeline as a user's spec over an image folder of the fixtures (ten classes).
+spec_dir="$CARGO_TARGET_DIR/bench-profile"
+rm -rf "$spec_dir"
+mkdir -p "$spec_dir"
+n=0
+for f in "$fixtures"/*.jpg; do
+  mkdir -p "$spec_dir/train/c$((n % 10))"
+  ln -s "$f" "$spec_dir/train/c$((n % 10))/$(basename "$f")"
+  n=$((n + 1))
+done
+cat >"$spec_dir/hetgen.toml" <<'SPEC'
+version = 1
+[job]
+name = "pipeline-bench"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = 1
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[[channel]]
+name = "train"
+uri = "s3://bucket/train"
+local_path = "train"
+[pipeline]
+source = { format = "image-folder", channel = "train" }
+batch_size = 128
+stage = [
+  { op = "decode" },
+  { op = "random_resized_crop", size = [224, 224] },
+  { op = "horizontal_flip" },
+  { op = "normalize", mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225] },
+]
+[trainer]
+model = "resnet18"
+steps = 1
+SPEC
+profile=("${one[@]}" "$CARGO_TARGET_DIR/release/hetgen" profile "$spec_dir/hetgen.toml" --threads 1
+  --out "$spec_dir/profile.json" --format json --seconds)
 echo
 "${theirs[@]}" "$fixtures" "$seconds" | grep -v -- '-rate '
 "${dali[@]}" "$fixtures" "$seconds" | grep -v -- '-rate ' | tail -n 1
 echo
-echo "| round | hetgen images/s | torchvision images/s | DALI CPU images/s | hetgen / torchvision | hetgen / DALI |"
-echo "|---:|---:|---:|---:|---:|---:|"
+echo "| round | hetgen images/s | torchvision images/s | DALI CPU images/s | hetgen / torchvision | hetgen / DALI | hetgen profile images/s | profile / hetgen |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 to_tv=()
 to_dali=()
+to_row=()
 for round in $(seq 1 "$rounds"); do
   a="$("${ours[@]}" "$fixtures" "$seconds" pipeline | awk '/^hetgen-pipeline-rate/ {print $2}')"
   b="$("${theirs[@]}" "$fixtures" "$seconds" pipeline | awk '/^torchvision-pipeline-rate/ {print $2}')"
   c="$("${dali[@]}" "$fixtures" "$seconds" | awk '/^dali-pipeline-rate/ {print $2}')"
+  p="$("${profile[@]}" "$seconds" 2>/dev/null | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["samples_per_s"], 1))')"
+  q="$(awk -v a="$a" -v p="$p" 'BEGIN { printf "%.2f", p / a }')"
+  to_row+=("$q")
   r="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
   d="$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", a / c }')"
   to_tv+=("$r")
   to_dali+=("$d")
-  echo "| $round | $a | $b | $c | $r | $d |"
+  echo "| $round | $a | $b | $c | $r | $d | $p | $q |"
 done
 echo
 echo "hetgen / torchvision, per core (median of $rounds rounds): $(printf '%s\n' "${to_tv[@]}" | median)x"
 echo "hetgen / DALI CPU, per core (median of $rounds rounds): $(printf '%s\n' "${to_dali[@]}" | median)x"
+echo "hetgen profile --threads 1 / the pipeline row (median of $rounds rounds): $(printf '%s\n' "${to_row[@]}" | median)"

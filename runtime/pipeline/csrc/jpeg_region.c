@@ -46,31 +46,50 @@ static void on_warning(j_common_ptr cinfo, int level) {
     }
 }
 
-#define SETUP(cinfo, err, message, message_len)                                                 \
-    (cinfo).err = jpeg_std_error(&(err).mgr);                                                  \
-    (err).mgr.error_exit = on_error;                                                           \
-    (err).mgr.emit_message = on_warning;                                                     \
-    (err).message = (message);                                                                 \
-    (err).message_len = (message_len);                                                         \
-    (message)[0] = 0
-
-/* Dimensions and component count from the headers. Returns 0, or -1 with `message` set. */
-int hetgen_jpeg_header(const uint8_t *data, size_t len, uint32_t *width, uint32_t *height,
-                       char *message, size_t message_len) {
+/*
+ * One file's decoder, kept from the header read to the decode, so the headers are parsed once
+ * and the caller can choose the region from the image's dimensions in between.
+ */
+struct hetgen_jpeg {
     struct jpeg_decompress_struct cinfo;
     struct hetgen_error err;
-    SETUP(cinfo, err, message, message_len);
-    if (setjmp(err.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return -1;
+};
+
+/* Frees the decoder, in whatever state an error left it. */
+void hetgen_jpeg_close(struct hetgen_jpeg *jpeg) {
+    if (jpeg != NULL) {
+        jpeg_destroy_decompress(&jpeg->cinfo);
+        free(jpeg);
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_read_header(&cinfo, TRUE);
-    *width = cinfo.image_width;
-    *height = cinfo.image_height;
-    jpeg_destroy_decompress(&cinfo);
-    return 0;
+}
+
+/*
+ * Reads the headers of the file in `data` (which must outlive the decoder) and returns a
+ * decoder with the image's dimensions in `width` and `height`, or NULL with `message` set.
+ */
+struct hetgen_jpeg *hetgen_jpeg_open(const uint8_t *data, size_t len, uint32_t *width,
+                                     uint32_t *height, char *message, size_t message_len) {
+    struct hetgen_jpeg *volatile jpeg = calloc(1, sizeof *jpeg);
+    if (jpeg == NULL) {
+        snprintf(message, message_len, "out of memory");
+        return NULL;
+    }
+    jpeg->cinfo.err = jpeg_std_error(&jpeg->err.mgr);
+    jpeg->err.mgr.error_exit = on_error;
+    jpeg->err.mgr.emit_message = on_warning;
+    jpeg->err.message = message;
+    jpeg->err.message_len = message_len;
+    message[0] = 0;
+    if (setjmp(jpeg->err.jump)) {
+        hetgen_jpeg_close(jpeg);
+        return NULL;
+    }
+    jpeg_create_decompress(&jpeg->cinfo);
+    jpeg_mem_src(&jpeg->cinfo, data, (unsigned long)len);
+    jpeg_read_header(&jpeg->cinfo, TRUE);
+    *width = jpeg->cinfo.image_width;
+    *height = jpeg->cinfo.image_height;
+    return jpeg;
 }
 
 /* The output size of an image of `size` pixels at scale `num / 8`, as libjpeg computes it. */
@@ -85,59 +104,54 @@ uint32_t hetgen_jpeg_scaled(uint32_t size, uint32_t num) {
  * blocks: `*out_left` and `*out_cols` say which columns were written. `out_len` must hold
  * `rows * scaled width * channels`. `channels` is 1 (luma) or 3 (RGB); CMYK files are turned
  * into RGB here, since libjpeg does not convert them itself. Returns 0, or -1 with `message`.
+ * A decoder decodes once; close it after, whatever this returned.
  */
-int hetgen_jpeg_decode(const uint8_t *data, size_t len, uint32_t channels, uint32_t scale_num,
+int hetgen_jpeg_decode(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t scale_num,
                        uint32_t top, uint32_t rows, uint32_t left, uint32_t cols, uint8_t *out,
                        size_t out_len, uint32_t *out_left, uint32_t *out_cols, char *message,
                        size_t message_len) {
-    struct jpeg_decompress_struct cinfo;
-    struct hetgen_error err;
+    struct jpeg_decompress_struct *const cinfo = &jpeg->cinfo;
     /* `volatile`: read after a longjmp back into this frame. */
     JSAMPLE *volatile cmyk = NULL;
-    SETUP(cinfo, err, message, message_len);
-    if (setjmp(err.jump)) {
-        jpeg_destroy_decompress(&cinfo);
+    jpeg->err.message = message;
+    jpeg->err.message_len = message_len;
+    message[0] = 0;
+    if (setjmp(jpeg->err.jump)) {
         free(cmyk);
         return -1;
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_read_header(&cinfo, TRUE);
-    int is_cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    int is_cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
     if (is_cmyk) {
-        cinfo.out_color_space = JCS_CMYK;
+        cinfo->out_color_space = JCS_CMYK;
     } else {
-        cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+        cinfo->out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
     }
-    cinfo.scale_num = scale_num;
-    cinfo.scale_denom = 8;
-    jpeg_start_decompress(&cinfo);
-    if (rows == 0 || cols == 0 || top + rows > cinfo.output_height ||
-        left + cols > cinfo.output_width) {
+    cinfo->scale_num = scale_num;
+    cinfo->scale_denom = 8;
+    jpeg_start_decompress(cinfo);
+    if (rows == 0 || cols == 0 || top + rows > cinfo->output_height ||
+        left + cols > cinfo->output_width) {
         snprintf(message, message_len,
                  "region %ux%u at (%u, %u) is outside the %ux%u image at scale %u/8", cols, rows,
-                 left, top, cinfo.output_width, cinfo.output_height, scale_num);
-        jpeg_destroy_decompress(&cinfo);
+                 left, top, cinfo->output_width, cinfo->output_height, scale_num);
         return -1;
     }
-    if ((size_t)rows * cinfo.output_width * channels > out_len) {
+    if ((size_t)rows * cinfo->output_width * channels > out_len) {
         snprintf(message, message_len, "output buffer too small");
-        jpeg_destroy_decompress(&cinfo);
         return -1;
     }
     JDIMENSION x = left, w = cols;
-    if (left > 0 || cols < cinfo.output_width) {
-        jpeg_crop_scanline(&cinfo, &x, &w);
+    if (left > 0 || cols < cinfo->output_width) {
+        jpeg_crop_scanline(cinfo, &x, &w);
     }
     if (top > 0) {
-        jpeg_skip_scanlines(&cinfo, top);
+        jpeg_skip_scanlines(cinfo, top);
     }
     size_t stride = (size_t)w * channels;
     if (is_cmyk) {
         cmyk = malloc((size_t)w * 4);
         if (cmyk == NULL) {
             snprintf(message, message_len, "out of memory");
-            jpeg_destroy_decompress(&cinfo);
             return -1;
         }
     }
@@ -150,10 +164,9 @@ int hetgen_jpeg_decode(const uint8_t *data, size_t len, uint32_t channels, uint3
             for (uint32_t i = 0; i < want; i++) {
                 pointers[i] = out + (size_t)(done + i) * stride;
             }
-            JDIMENSION got = jpeg_read_scanlines(&cinfo, pointers, want);
+            JDIMENSION got = jpeg_read_scanlines(cinfo, pointers, want);
             if (got == 0) {
                 snprintf(message, message_len, "JPEG data ended at row %u", top + done);
-                jpeg_destroy_decompress(&cinfo);
                 return -1;
             }
             done += got;
@@ -162,14 +175,13 @@ int hetgen_jpeg_decode(const uint8_t *data, size_t len, uint32_t channels, uint3
     for (uint32_t r = 0; is_cmyk && r < rows; r++) {
         uint8_t *dst = out + r * stride;
         JSAMPROW row = cmyk;
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+        if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {
             snprintf(message, message_len, "JPEG data ended at row %u", top + r);
-            jpeg_destroy_decompress(&cinfo);
             free(cmyk);
             return -1;
         }
         /* Adobe (Photoshop) CMYK JPEGs store inverted inks: value = 255 - ink. */
-        int inverted = cinfo.saw_Adobe_marker;
+        int inverted = cinfo->saw_Adobe_marker;
         for (JDIMENSION i = 0; i < w; i++) {
             unsigned c = cmyk[4 * i], m = cmyk[4 * i + 1], y = cmyk[4 * i + 2], k = cmyk[4 * i + 3];
             if (!inverted) {
@@ -186,8 +198,7 @@ int hetgen_jpeg_decode(const uint8_t *data, size_t len, uint32_t channels, uint3
     *out_left = x;
     *out_cols = w;
     /* The rows below the region are never decoded. */
-    jpeg_abort_decompress(&cinfo);
-    jpeg_destroy_decompress(&cinfo);
+    jpeg_abort_decompress(cinfo);
     free(cmyk);
     return 0;
 }

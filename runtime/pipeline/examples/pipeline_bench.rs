@@ -76,8 +76,8 @@ impl Source for Files {
     }
 }
 
-/// The training pipeline of the comparison as a spec, at `size`×`size`.
-fn engine(files: &[Vec<u8>], size: u32) -> Engine {
+/// The training pipeline of the comparison as a job, at `size`×`size`, reading `source`.
+fn job(size: u32, source: &str, batch_size: u32) -> hetgen_spec::Job {
     let spec = format!(
         r#"
 version = 1
@@ -93,9 +93,13 @@ name = "dnn_group"
 instance_type = "ml.m5.xlarge"
 count = 1
 role = "trainer"
+[[channel]]
+name = "train"
+uri = "s3://bucket/train"
+local_path = "train"
 [pipeline]
-source = {{ format = "synthetic", shape = [{size}, {size}, 3], classes = 10, samples = 64, encoding = "jpeg" }}
-batch_size = 1
+source = {source}
+batch_size = {batch_size}
 stage = [
   {{ op = "decode" }},
   {{ op = "random_resized_crop", size = [{size}, {size}] }},
@@ -108,11 +112,53 @@ steps = 1
 "#
     );
     let checked = hetgen_spec::check("pipeline-bench.toml", &spec);
-    let job = checked
+    checked
         .job
-        .unwrap_or_else(|| panic!("invalid bench spec: {:?}", checked.report.problems));
+        .unwrap_or_else(|| panic!("invalid bench spec: {:?}", checked.report.problems))
+}
+
+/// The training pipeline of the comparison over the fixtures in memory, at `size`×`size`.
+fn engine(files: &[Vec<u8>], size: u32) -> Engine {
+    let synthetic = format!(
+        r#"{{ format = "synthetic", shape = [{size}, {size}, 3], classes = 10, samples = 64, encoding = "jpeg" }}"#
+    );
     let source = Box::new(Files(files.to_vec()));
+    let job = job(size, &synthetic, 1);
     Engine::with_source(&job, source, &StageRegistry::builtin(), Some(1)).expect("engine")
+}
+
+/// What `hetgen profile --threads 1` measures on the same pipeline: the engine reading the
+/// fixtures as an image folder (ten class folders) in batches of 128, normalize left to the
+/// trainer. Images per second.
+fn profile(dir: &Path, budget: Duration) -> f64 {
+    let folder = dir.join("image-folder");
+    if !folder.exists() {
+        for n in 0..FILES {
+            let class = folder.join(format!("c{}", n % 10));
+            std::fs::create_dir_all(&class).expect("image folder");
+            std::fs::copy(
+                dir.join(format!("{n:03}.jpg")),
+                class.join(format!("{n:03}.jpg")),
+            )
+            .expect("copy fixture");
+        }
+    }
+    let job = job(
+        224,
+        r#"{ format = "image-folder", channel = "train" }"#,
+        128,
+    );
+    let channels = [("train".to_owned(), folder)].into();
+    let engine = Engine::new(&job, &StageRegistry::builtin(), &channels, Some(1)).expect("engine");
+    let measured = hetgen_pipeline::profile::measure(
+        &engine,
+        job.seed,
+        job.pipeline.shard_size,
+        job.pipeline.batch_size,
+        budget,
+    )
+    .expect("profile");
+    measured.samples_per_s
 }
 
 /// One image through the engine, then normalised as torchvision's pipeline does.
@@ -129,8 +175,13 @@ fn rate<T>(inputs: &[T], budget: Duration, mut f: impl FnMut(&T, &mut SampleRng)
     for (i, input) in inputs.iter().enumerate().take(4) {
         f(input, &mut SampleRng::new(0, 0, i as u64));
     }
+    // HETGEN_BENCH_IMAGES=N: exactly N images whatever the time, so that an instruction-counting
+    // profiler (valgrind --tool=callgrind) sees the same work in every build.
+    let count: Option<u64> = std::env::var("HETGEN_BENCH_IMAGES")
+        .ok()
+        .and_then(|n| n.parse().ok());
     let start = Instant::now();
-    while start.elapsed() < budget {
+    while count.map_or(start.elapsed() < budget, |count| n < count) {
         let mut rng = SampleRng::new(1, 0, n);
         f(&inputs[n as usize % inputs.len()], &mut rng);
         n += 1;
@@ -153,10 +204,21 @@ fn main() {
     let files = load(Path::new(&dir));
     let ids: Vec<u64> = (0..files.len() as u64).collect();
     // `pipeline`: only the 224 pipeline's rate, for bench/pipeline.sh's alternating rounds.
-    if args.next().as_deref() == Some("pipeline") {
-        let rate = rate(&ids, budget, through(&engine(&files, 224)));
-        println!("hetgen-pipeline-rate {rate:.1}");
-        return;
+    match args.next().as_deref() {
+        Some("pipeline") => {
+            let rate = rate(&ids, budget, through(&engine(&files, 224)));
+            println!("hetgen-pipeline-rate {rate:.1}");
+            return;
+        }
+        // `profile`: what `hetgen profile --threads 1` reports, for the same rounds.
+        Some("profile") => {
+            println!(
+                "hetgen-profile-rate {:.1}",
+                profile(Path::new(&dir), budget)
+            );
+            return;
+        }
+        _ => {}
     }
     let kb = files.iter().map(Vec::len).sum::<usize>() as f64 / files.len() as f64 / 1024.0;
     let images: Vec<Image> = files
@@ -187,7 +249,7 @@ fn main() {
         };
         let name = format!("decode at {scale}/8 scale ({w}×{h})");
         let r = rate(&files, budget, |b, _| {
-            codec::jpeg::decode_window(b, (500, 375), 3, window).unwrap();
+            codec::jpeg::decode_window(b, 3, window).unwrap();
         });
         rows.push((name, r));
     }
@@ -203,7 +265,7 @@ fn main() {
     rows.push((
         "entropy decode only (the last row)".to_owned(),
         rate(&files, budget, |b, _| {
-            codec::jpeg::decode_window(b, (500, 375), 3, last_row).unwrap();
+            codec::jpeg::decode_window(b, 3, last_row).unwrap();
         }),
     ));
     rows.push((
@@ -280,6 +342,11 @@ fn main() {
     rows.push((
         "pipeline: decode, random_resized_crop 224, flip, normalize".to_owned(),
         pipeline,
+    ));
+    rows.push((
+        "the same as `hetgen profile --threads 1` runs it: image folder, batches of 128, no normalize"
+            .to_owned(),
+        profile(Path::new(&dir), budget),
     ));
     rows.push((
         "the same at 96×96".to_owned(),

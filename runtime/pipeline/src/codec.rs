@@ -58,7 +58,8 @@ pub fn decode_resized(
         let rect = choose(image.height, image.width);
         return ops::resize_region(&image, rect, size[0], size[1]);
     }
-    let (width, height) = jpeg::dimensions(bytes)?;
+    let decoder = jpeg::Decoder::open(bytes)?;
+    let (width, height) = decoder.dimensions();
     let rect = choose(height, width);
     let fits = |n: u32| {
         let s = f64::from(n) / 8.0;
@@ -84,7 +85,7 @@ pub fn decode_resized(
         height: bottom - top,
         width: right - left,
     };
-    let (image, first_column) = jpeg::decode_window(bytes, (width, height), channels, window)?;
+    let (image, first_column) = decoder.decode_window(channels, window)?;
     // The region inside the decoded window, kept within it against rounding at the edges.
     let top = rect.top - f64::from(top);
     let left = rect.left - f64::from(first_column);
@@ -272,7 +273,7 @@ mod tests {
                     height: h,
                     width: w,
                 };
-                let (got, first) = jpeg::decode_window(&bytes, (70, 53), channels, window).unwrap();
+                let (got, first) = jpeg::decode_window(&bytes, channels, window).unwrap();
                 assert!(
                     first <= left && first + got.width >= left + w,
                     "{first} {}",
