@@ -16,7 +16,7 @@ use crate::exit::Failure;
 
 pub fn run(args: &ProfileArgs) -> Result<ExitCode, Failure> {
     // The allocator as the data server and the launcher tune it: they run this pipeline, and
-    // glibc's defaults cost a fifth of its rate (BENCHMARKS.md).
+    // the rate measured here should be theirs (BENCHMARKS.md).
     hetgen_pipeline::tune_allocator();
     let (job, _) = super::load(&args.spec)?;
     let channels = local_channels(&job, &args.spec)?;
