@@ -90,7 +90,10 @@ class Loader:
         channels: channel name → local folder (local mode; default: the job's channel folders,
             or the spec's ``local_path``\\ s).
         threads: engine threads (local mode; default: this host's cores divided among its
-            ``LOCAL_WORLD_SIZE`` ranks, so ranks never oversubscribe it).
+            ``LOCAL_WORLD_SIZE`` ranks, so ranks never oversubscribe it). In remote mode, the
+            threads of this host's own pipeline beside the data servers (hybrid input; default
+            inside a job: the spec's ``reserve_vcpus``/``trainer_threads`` share of the host,
+            divided among its ``LOCAL_WORLD_SIZE`` ranks; ``0`` turns it off).
         rank, world_size, local_rank: default to ``torchrun``'s ``RANK``, ``WORLD_SIZE`` and
             ``LOCAL_RANK``, else a single process. Every rank gets a disjoint part of each epoch
             with the same number of batches.
@@ -178,6 +181,18 @@ class Loader:
         """The spec's ``normalize`` stages as ``(mean, std)``: they run on the device
         (:func:`hetgen.torch.to_device`), so batches travel as compact ``uint8``."""
         return self._native.normalization
+
+    @property
+    def threads(self) -> int:
+        """Threads of this host's own pipeline: all of the input (local), or beside the data
+        servers (remote with hybrid input; 0 without)."""
+        return self._native.threads
+
+    @property
+    def batches_by_source(self) -> dict[str, int]:
+        """Batches yielded so far per source (remote): each data host, and ``"local"`` for this
+        host's own pipeline (hybrid input)."""
+        return self._native.batches_by_source
 
     @property
     def hosts(self) -> list[str]:

@@ -42,6 +42,7 @@ class NativeLoader:
     mode: str
     hosts: list[str]
     threads: int
+    batches_by_source: dict[str, int]
     job_name: str
     batch_size: int
     shard_size: int

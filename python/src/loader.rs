@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hetgen_data::audit::AuditFile;
-use hetgen_data::client::{Client, ClientConfig, connect_to_job, data_hosts, trainer_id};
+use hetgen_data::client::{
+    Client, ClientConfig, connect_to_job, data_hosts, local_threads, trainer_id,
+};
 use hetgen_env::Env;
 use hetgen_pipeline::{
     Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, LocalInput, Position,
@@ -149,16 +151,41 @@ impl NativeLoader {
             }
         };
         let host = env.as_ref().map(|env| env.host().to_owned());
+        let given = channels;
+        let channels = || match (given, &env, &spec) {
+            (Some(channels), _, _) => Ok(channels),
+            (None, Some(env), None) => Ok(env.channel_dirs.clone()),
+            (None, _, Some(spec)) => spec_channels(&job, spec),
+            (None, None, None) => Ok(BTreeMap::new()),
+        };
         let input = if remote {
+            // Hybrid input: inside a job this host's share of its spare cores (the spec's, as
+            // `hetgen plan` counts it), divided among its local ranks; `threads` says outright.
+            let hybrid = match threads {
+                Some(t) => t as u32,
+                None if env.is_some() => local_threads(&job, local_world_size),
+                None => 0,
+            };
+            let dirs = if hybrid > 0 { Some(channels()?) } else { None };
             let client = connect(py, &job, env.as_ref(), hosts, token, rank, trainer_id, tune)?;
+            let client = match dirs {
+                Some(channels) => {
+                    let engine = Engine::new(
+                        &job,
+                        &StageRegistry::builtin(),
+                        &channels,
+                        Some(hybrid as usize),
+                    )
+                    .map_err(|e| errors::to_py(&e))?;
+                    client
+                        .with_local(Arc::new(engine))
+                        .map_err(|e| errors::to_py(&e))?
+                }
+                None => client,
+            };
             Input::Remote(Arc::new(client))
         } else {
-            let channels = match (channels, &env, &spec) {
-                (Some(channels), _, _) => channels,
-                (None, Some(env), None) => env.channel_dirs.clone(),
-                (None, _, Some(spec)) => spec_channels(&job, spec)?,
-                (None, None, None) => BTreeMap::new(),
-            };
+            let channels = channels()?;
             // Ranks of one host share its cores: each gets its part unless the spec says.
             let threads = threads
                 .or(job.pipeline.threads.map(|t| t as usize))
@@ -237,12 +264,23 @@ impl NativeLoader {
         }
     }
 
-    /// Worker threads of the in-process engine (local), 0 when remote.
+    /// Worker threads of the in-process engine: all of the input (local), or beside the data
+    /// servers (remote with hybrid input; 0 without).
     #[getter]
     fn threads(&self) -> usize {
         match &self.input {
             Input::Local(engine) => engine.threads(),
-            Input::Remote(_) => 0,
+            Input::Remote(client) => client.local_threads(),
+        }
+    }
+
+    /// Batches yielded so far per source (remote): each data host, and `local` for this host's
+    /// own pipeline with hybrid input.
+    #[getter]
+    fn batches_by_source(&self) -> BTreeMap<String, u64> {
+        match &self.input {
+            Input::Local(_) => BTreeMap::new(),
+            Input::Remote(client) => client.batches_by_source(),
         }
     }
 

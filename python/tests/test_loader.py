@@ -256,3 +256,25 @@ def test_import_hetgen_leaves_torch_alone():
     code = "import sys, hetgen; import hetgen.torch; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_hybrid_input_mixes_this_hosts_batches_with_the_servers_identically(
+    cluster_factory, digits, monkeypatch
+):
+    cluster = cluster_factory(data_hosts=2, deterministic=True)
+    for name, value in cluster.trainer_env().items():
+        monkeypatch.setenv(name, value)
+
+    def stream(**options):
+        loader = hetgen.Loader(epochs=1, audit=False, **options)
+        return loader, [(images.tobytes(), labels.tolist()) for images, labels in loader]
+
+    remote_loader, remote = stream(threads=0)
+    hybrid_loader, hybrid = stream(threads=1, channels={"training": digits / "train"})
+    assert (remote_loader.threads, hybrid_loader.threads) == (0, 1)
+    # Deterministic mode: the same batches in the same order, whichever side made each.
+    assert hybrid == remote
+    sources = hybrid_loader.batches_by_source
+    assert sources["local"] > 0, sources
+    assert sum(sources.values()) == len(hybrid), sources
+    assert "local" not in remote_loader.batches_by_source
