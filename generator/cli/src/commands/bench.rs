@@ -1,10 +1,14 @@
-//! `hetgen bench [SPEC]`: the job run locally twice with the same step count — homogeneous
-//! (the trainer host alone, preprocessing on its own cores) and heterogeneous (the same trainer
-//! host plus the data hosts on the machine's other cores) — then priced per step.
+//! `hetgen bench [SPEC]`: the job run locally three times with the same step count —
+//! homogeneous (the trainer host alone, preprocessing on its own cores), remote-only (the same
+//! trainer host streaming from the data hosts on the machine's other cores, its own pipeline
+//! off) and hybrid (both: the trainer host's pipeline, with as many threads as it had alone,
+//! takes shards beside the data hosts) — then priced per step.
 //!
-//! Both runs use the rendered launcher and the real runtime, so what differs is only where the
-//! pipeline runs. The trainer host gets the same cores in both; the data hosts share the rest.
-//! Writes `bench.json` and `bench.svg` (step time and stall per configuration).
+//! Every run uses the rendered launcher and the real runtime, so what differs is only where the
+//! pipeline runs. The trainer host gets the same cores in all three; the data hosts share the
+//! rest, so the sides never share a core. Hybrid's samples/s against the sum of the other two
+//! (`hybrid_ratio`) says how much of both sides' work it combines. Writes `bench.json` and
+//! `bench.svg` (step time, samples/s and stall per configuration).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +18,7 @@ use hetgen_env::JobFile;
 use hetgen_local::supervise::Status;
 use hetgen_local::{CpuPolicy, Limits, Observer, RunOptions, StopRequests};
 use hetgen_spec::Job;
-use hetgen_spec::model::{Length, Role, Trainer};
+use hetgen_spec::model::{Length, Role, Trainer, TrainerCpus};
 use serde::Serialize;
 
 use super::{build_launcher, ensure_fresh, render_spec};
@@ -44,11 +48,20 @@ pub struct Bench {
     pub job: String,
     pub steps: u64,
     pub homogeneous: Config,
+    /// The data hosts alone feed the trainer (its own pipeline off).
     pub heterogeneous: Config,
+    /// The data hosts and the trainer host's own pipeline together.
+    pub hybrid: Config,
     /// `1 − heterogeneous cost per step / homogeneous cost per step`.
     pub improvement: f64,
     /// Homogeneous step time / heterogeneous step time.
     pub speedup: f64,
+    /// `1 − hybrid cost per step / homogeneous cost per step`.
+    pub hybrid_improvement: f64,
+    /// Homogeneous step time / hybrid step time.
+    pub hybrid_speedup: f64,
+    /// Hybrid samples/s / (homogeneous + remote-only samples/s): 1 when hybrid adds up both.
+    pub hybrid_ratio: f64,
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
@@ -81,6 +94,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         trainer.length = Length::Steps(steps.max(1));
         trainer.checkpoint_every = None;
     }
+    // Remote-only: the trainer's own pipeline off, whatever the spec says.
+    hetero.pipeline.trainer_cpus = TrainerCpus::Threads(0);
     let mut homo = hetero.clone();
     homo.groups.retain(|g| g.role == Role::Trainer);
     // The trainer host preprocesses alone now, so it needs every channel, including those the
@@ -101,6 +116,10 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         .unwrap_or(cores.len() / 2)
         .clamp(1, cores.len() - 1);
     let (trainer_cores, data_cores) = (cores[..k].to_vec(), cores[k..].to_vec());
+    // Hybrid: the trainer host's pipeline with the threads it has alone on the same cores.
+    let mut hybrid = hetero.clone();
+    let alone = homo.trainer_threads(u32::try_from(k).unwrap_or(u32::MAX));
+    hybrid.pipeline.trainer_cpus = TrainerCpus::Threads(alone);
     let launcher = match &args.launcher {
         Some(path) => hetgen_local::launcher::check_executable(path)?,
         None => build_launcher(&job_root, args.release)?,
@@ -199,15 +218,21 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         })
     };
     let homogeneous = run_one("homogeneous", &homo)?;
-    let heterogeneous = run_one("heterogeneous", &hetero)?;
+    let heterogeneous = run_one("remote-only", &hetero)?;
+    let hybrid = run_one("hybrid", &hybrid)?;
     let bench = Bench {
         spec: args.spec.display().to_string(),
         job: job.name.clone(),
         steps,
         improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
         speedup: homogeneous.mean_step_ms / heterogeneous.mean_step_ms,
+        hybrid_improvement: 1.0 - hybrid.cost_per_step / homogeneous.cost_per_step,
+        hybrid_speedup: homogeneous.mean_step_ms / hybrid.mean_step_ms,
+        hybrid_ratio: hybrid.samples_per_s
+            / (homogeneous.samples_per_s + heterogeneous.samples_per_s),
         homogeneous,
         heterogeneous,
+        hybrid,
     };
     let json = serde_json::to_string_pretty(&bench).expect("JSON serializes");
     std::fs::write(results.join("bench.json"), &json).map_err(|e| {
@@ -251,43 +276,57 @@ impl Observer for Quiet {
 
 fn table(b: &Bench) -> String {
     let mut out = format!(
-        "{:<14} {:>9} {:>9} {:>14} {:>16} {:>12} {:>7}\n",
+        "{:<14} {:>9} {:>9} {:>14} {:>10} {:>16} {:>12} {:>7}\n",
         "configuration",
         "instances",
         "$/h",
         "mean step ms",
+        "samples/s",
         "cost per step $",
         "improvement",
         "stall"
     );
-    for (c, improvement) in [(&b.homogeneous, 0.0), (&b.heterogeneous, b.improvement)] {
+    for (c, improvement) in [
+        (&b.homogeneous, 0.0),
+        (&b.heterogeneous, b.improvement),
+        (&b.hybrid, b.hybrid_improvement),
+    ] {
         out += &format!(
-            "{:<14} {:>9} {:>9.3} {:>14.2} {:>16.3e} {:>11.1}% {:>6.1}%\n",
+            "{:<14} {:>9} {:>9.3} {:>14.2} {:>10.0} {:>16.3e} {:>11.1}% {:>6.1}%\n",
             c.configuration,
             c.instances,
             c.price_per_hour,
             c.mean_step_ms,
+            c.samples_per_s,
             c.cost_per_step,
             improvement * 100.0,
             c.stall_fraction * 100.0
         );
     }
-    out + &format!("speed-up {:.2}×, {} steps each\n", b.speedup, b.steps)
+    out + &format!(
+        "speed-up {:.2}× remote-only, {:.2}× hybrid; hybrid makes {:.2}× the samples/s of \
+         homogeneous and remote-only together; {} steps each\n",
+        b.speedup, b.hybrid_speedup, b.hybrid_ratio, b.steps
+    )
 }
 
-/// Two bar charts side by side: mean step time and stall, per configuration.
+/// Three bar charts side by side: mean step time, samples/s and stall, per configuration.
 fn chart(b: &Bench) -> String {
     use plotters::prelude::*;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (800, 360)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1080, 360)).into_drawing_area();
         let _ = root.fill(&WHITE);
-        let panels = root.split_evenly((1, 2));
-        let configs = [&b.homogeneous, &b.heterogeneous];
-        let series: [(&str, Vec<f64>); 2] = [
+        let panels = root.split_evenly((1, 3));
+        let configs = [&b.homogeneous, &b.heterogeneous, &b.hybrid];
+        let series: [(&str, Vec<f64>); 3] = [
             (
                 "mean step time (ms)",
                 configs.iter().map(|c| c.mean_step_ms).collect(),
+            ),
+            (
+                "samples/s",
+                configs.iter().map(|c| c.samples_per_s).collect(),
             ),
             (
                 "stall (% of step time)",
@@ -301,7 +340,7 @@ fn chart(b: &Bench) -> String {
                 .margin(12)
                 .x_label_area_size(30)
                 .y_label_area_size(50)
-                .build_cartesian_2d((0..2).into_segmented(), 0.0..top)
+                .build_cartesian_2d((0..3).into_segmented(), 0.0..top)
             else {
                 continue;
             };
@@ -310,11 +349,16 @@ fn chart(b: &Bench) -> String {
                 .disable_x_mesh()
                 .x_label_formatter(&|x| match x {
                     SegmentValue::CenterOf(0) => "homogeneous".to_owned(),
-                    SegmentValue::CenterOf(1) => "heterogeneous".to_owned(),
+                    SegmentValue::CenterOf(1) => "remote-only".to_owned(),
+                    SegmentValue::CenterOf(2) => "hybrid".to_owned(),
                     _ => String::new(),
                 })
                 .draw();
-            let colors = [RGBColor(120, 120, 120), RGBColor(30, 110, 200)];
+            let colors = [
+                RGBColor(120, 120, 120),
+                RGBColor(30, 110, 200),
+                RGBColor(40, 160, 90),
+            ];
             let _ = chart.draw_series(values.iter().enumerate().map(|(i, v)| {
                 let x0 = SegmentValue::Exact(i as i32);
                 let x1 = SegmentValue::Exact(i as i32 + 1);

@@ -265,7 +265,7 @@ fn profile_writes_what_plan_reads() {
 }
 
 #[test]
-fn bench_runs_both_configurations_and_writes_json_and_svg() {
+fn bench_runs_all_three_configurations_and_writes_json_and_svg() {
     let root = tempfile::tempdir().unwrap();
     let dir = project(root.path(), |t| t);
     let results = root.path().join("bench");
@@ -285,7 +285,7 @@ fn bench_runs_both_configurations_and_writes_json_and_svg() {
     let bench = read_json(&results.join("bench.json"));
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed, bench);
-    for side in ["homogeneous", "heterogeneous"] {
+    for side in ["homogeneous", "heterogeneous", "hybrid"] {
         let c = &bench[side];
         assert_eq!(c["steps"], 12);
         assert!(c["mean_step_ms"].as_f64().unwrap() > 0.0, "{bench:#}");
@@ -295,6 +295,27 @@ fn bench_runs_both_configurations_and_writes_json_and_svg() {
     }
     assert_eq!(bench["homogeneous"]["instances"], 1);
     assert_eq!(bench["heterogeneous"]["instances"], 3);
+    assert_eq!(bench["heterogeneous"]["configuration"], "remote-only");
+    assert_eq!(bench["hybrid"]["instances"], 3);
+    let rates: Vec<f64> = ["homogeneous", "heterogeneous", "hybrid"]
+        .iter()
+        .map(|c| bench[c]["samples_per_s"].as_f64().unwrap())
+        .collect();
+    let ratio = rates[2] / (rates[0] + rates[1]);
+    assert!((bench["hybrid_ratio"].as_f64().unwrap() - ratio).abs() < 1e-12);
+    // The hybrid run's trainer made batches itself and streamed the rest.
+    let hybrid_dir = std::path::PathBuf::from(bench["hybrid"]["job_dir"].as_str().unwrap());
+    let summary = std::fs::read_dir(hybrid_dir.join("hosts"))
+        .unwrap()
+        .flatten()
+        .find_map(|host| std::fs::read_to_string(host.path().join("output/data/summary.json")).ok())
+        .expect("the hybrid trainer wrote a summary");
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert!(summary["local_threads"].as_u64().unwrap() >= 1, "{summary}");
+    assert!(
+        summary["batches_by_source"]["local"].as_u64().is_some(),
+        "{summary}"
+    );
     let (h, e) = (
         &bench["homogeneous"]["cost_per_step"],
         &bench["heterogeneous"]["cost_per_step"],
@@ -306,5 +327,5 @@ fn bench_runs_both_configurations_and_writes_json_and_svg() {
         svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
         "{svg}"
     );
-    assert!(svg.contains("homogeneous") && svg.contains("heterogeneous"));
+    assert!(svg.contains("homogeneous") && svg.contains("remote-only") && svg.contains("hybrid"));
 }
