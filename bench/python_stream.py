@@ -3,10 +3,12 @@
     python bench/python_stream.py ADDR,ADDR SECONDS
 
 The servers are `stream_bench serve N` (ready 128 × 224×224×3 batches); bench/python_stream.sh
-alternates this with the Rust client on the same servers.
+alternates this with the Rust client on the same servers. Also prints the process's CPU seconds
+(all threads, user + system) per gigabyte received, for bench/client_cpu.sh.
 """
 
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -38,6 +40,11 @@ steps = 1
 """
 
 
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main():
     hosts, seconds = sys.argv[1].split(","), float(sys.argv[2])
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,12 +60,14 @@ def main():
     stream = batches()
     for _ in range(4):
         next(stream)
-    total, start = 0, time.perf_counter()
+    total, start, cpu_start = 0, time.perf_counter(), cpu_seconds()
     while time.perf_counter() - start < seconds:
         images, _ = next(stream)
         images[0, 0, 0, 0]  # touch it, as a training step would read it
         total += images.nbytes
-    print(f"python-loader-rate {total / (time.perf_counter() - start) / 1e9:.3f}")
+    elapsed, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+    print(f"python-loader-rate {total / elapsed / 1e9:.3f}")
+    print(f"python-loader-cpu-s-per-gb {cpu / (total / 1e9):.3f}")
     os._exit(0)
 
 

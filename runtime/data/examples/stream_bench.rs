@@ -6,7 +6,10 @@
 //! For clients in other processes (`bench/python_stream.sh` times the Python package against
 //! the Rust client on the same servers): `stream_bench serve N` starts N servers, prints
 //! `servers ADDR,ADDR…` and serves until its standard input closes; `stream_bench client
-//! ADDR,ADDR… SECONDS` prints the Rust client's rate from them, `rust-client-rate GB/S`.
+//! ADDR,ADDR… SECONDS` prints the Rust client's rate from them, `rust-client-rate GB/S`, and
+//! the CPU time its process spent per gigabyte received, `rust-client-cpu-s-per-gb S` (user +
+//! system time of all its threads: what a trainer host gives the data client per GB/s of
+//! input; `bench/client_cpu.sh` measures it with servers and client on separate cores).
 //!
 //! "Ready" batches: the servers serve a prepared batch through [`Batches`] instead of running a
 //! pipeline, so the measurement is the service (gRPC framing, HTTP/2 flow control, checksums,
@@ -125,18 +128,26 @@ fn grpc(job: &hetgen_spec::model::Job, servers: usize, budget: Duration) -> f64 
         .map(|i| server(&format!("algo-{}", i + 1)))
         .map(|a| (a.ip().to_string(), a.port()))
         .collect();
-    let (rate, client) = stream_from(job, &hosts, budget);
+    let (streamed, client) = stream_from(job, &hosts, budget);
     client.shutdown("benchmark over");
-    rate
+    streamed.rate
 }
 
-/// Bytes per second of images from `hosts` into one client; the client is returned so the
-/// caller decides whether the servers are told to stop.
+/// What one client measured: bytes per second of images, and CPU seconds of this process
+/// (every thread, user and system) over the same interval.
+struct Streamed {
+    rate: f64,
+    cpu_s: f64,
+    bytes: usize,
+}
+
+/// Streams from `hosts` into one client for `budget`; the client is returned so the caller
+/// decides whether the servers are told to stop.
 fn stream_from(
     job: &hetgen_spec::model::Job,
     hosts: &[(String, u16)],
     budget: Duration,
-) -> (f64, Client) {
+) -> (Streamed, Client) {
     let client = Client::connect(
         hosts,
         job.pipeline.output_shape,
@@ -157,7 +168,7 @@ fn stream_from(
     for _ in 0..4 {
         stream.next_batch().expect("batch").expect("no error");
     }
-    let (start, mut bytes) = (Instant::now(), 0usize);
+    let (start, cpu_start, mut bytes) = (Instant::now(), process_cpu_s(), 0usize);
     while start.elapsed() < budget {
         bytes += stream
             .next_batch()
@@ -166,9 +177,25 @@ fn stream_from(
             .images
             .len();
     }
-    let rate = bytes as f64 / start.elapsed().as_secs_f64();
+    let streamed = Streamed {
+        rate: bytes as f64 / start.elapsed().as_secs_f64(),
+        cpu_s: process_cpu_s() - cpu_start,
+        bytes,
+    };
     drop(stream);
-    (rate, client)
+    (streamed, client)
+}
+
+/// User + system CPU seconds of this process so far, all threads together.
+fn process_cpu_s() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a whole `rusage` into the pointer it is given.
+    let usage = unsafe {
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()), 0);
+        usage.assume_init()
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 fn tcp(batch_bytes: usize, budget: Duration) -> f64 {
@@ -210,8 +237,12 @@ fn client_of_others(job: &hetgen_spec::model::Job, addresses: &str, seconds: f64
             (a.ip().to_string(), a.port())
         })
         .collect();
-    let (rate, _client) = stream_from(job, &hosts, Duration::from_secs_f64(seconds));
-    println!("rust-client-rate {:.3}", rate / 1e9);
+    let (streamed, _client) = stream_from(job, &hosts, Duration::from_secs_f64(seconds));
+    println!("rust-client-rate {:.3}", streamed.rate / 1e9);
+    println!(
+        "rust-client-cpu-s-per-gb {:.3}",
+        streamed.cpu_s / (streamed.bytes as f64 / 1e9)
+    );
 }
 
 fn main() {
