@@ -53,6 +53,28 @@ pub struct Engine {
     busy: AtomicUsize,
 }
 
+/// How much nicer than the training threads [`Engine::run_in_background`] makes the pipeline:
+/// at +10 Linux's scheduler weighs a pipeline thread at about a tenth of a training thread.
+pub const BACKGROUND_NICE: i32 = 10;
+
+/// Adds `by` to the calling thread's nice value (Linux keeps one per thread), up to 19.
+fn lower_this_thread(by: i32) -> std::io::Result<()> {
+    // SAFETY: plain system calls on this thread's own id; `getpriority` may return -1
+    // legitimately, so errno tells success from failure.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if now == -1 && *libc::__errno_location() != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19)) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// The cores this process may use: std reads the affinity mask and the cgroup CPU quota.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
@@ -97,6 +119,19 @@ impl Engine {
             threads,
             busy: AtomicUsize::new(0),
         })
+    }
+
+    /// Lowers this engine's worker threads to [`BACKGROUND_NICE`] more niceness than they had,
+    /// so that on a core they share, the threads that train (and drive GPUs) run first and the
+    /// pipeline takes the cycles they leave: hybrid input's pipeline lives on the trainer
+    /// host's *spare* CPU. Without it the two split a shared core evenly and a trainer that
+    /// could be fed by the data servers alone is slowed by its own pipeline (BENCHMARKS.md,
+    /// hybrid input). Raising niceness needs no privilege.
+    pub fn run_in_background(&self) -> std::io::Result<()> {
+        self.pool
+            .broadcast(|_| lower_this_thread(BACKGROUND_NICE))
+            .into_iter()
+            .collect()
     }
 
     /// Samples per epoch of the source.
@@ -406,4 +441,48 @@ fn builtin(stage: &StageSpec, payload: Payload, rng: &mut SampleRng) -> Result<I
             pixels(payload, "a device stage")?
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nice() -> i32 {
+        // SAFETY: a plain system call about the calling thread.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    #[test]
+    fn background_engines_run_nicer_than_their_caller() {
+        let spec = r#"
+version = 1
+[job]
+name = "nice"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.m5.xlarge"
+count = 1
+role = "trainer"
+[pipeline]
+source = { format = "synthetic", shape = [8, 8, 3], classes = 2, samples = 8 }
+batch_size = 2
+[trainer]
+model = "mlp"
+steps = 1
+"#;
+        let job = hetgen_spec::check("nice.toml", spec)
+            .job
+            .expect("valid spec");
+        let engine = Engine::new(&job, &StageRegistry::builtin(), &BTreeMap::new(), Some(3))
+            .expect("engine");
+        let caller = nice();
+        let before = engine.pool.broadcast(|_| nice());
+        assert_eq!(before, vec![caller; 3]);
+        engine
+            .run_in_background()
+            .expect("raising niceness needs no privilege");
+        let after = engine.pool.broadcast(|_| nice());
+        assert_eq!(after, vec![(caller + BACKGROUND_NICE).min(19); 3]);
+        assert_eq!(nice(), caller, "the caller's own thread keeps its priority");
+    }
 }

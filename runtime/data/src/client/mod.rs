@@ -192,7 +192,8 @@ impl Client {
     /// Hybrid input: `engine` (this host's pipeline, on its share of the host's cores) takes
     /// shards beside the servers, by the same credits, so each side gets work in proportion to
     /// its speed. It must be the job's pipeline over the same samples: the batches are the
-    /// same whichever side makes them.
+    /// same whichever side makes them. Its threads run at a lower priority than the caller's
+    /// ([`Engine::run_in_background`]).
     pub fn with_local(mut self, engine: Arc<Engine>) -> Result<Client, ClientError> {
         if engine.samples_per_epoch() != self.samples_per_epoch() {
             return Err(ClientError::Local(format!(
@@ -200,6 +201,10 @@ impl Client {
                 engine.samples_per_epoch(),
                 self.samples_per_epoch()
             )));
+        }
+        // The host's spare cycles only: training threads come first on a shared core.
+        if let Err(e) = engine.run_in_background() {
+            tracing::warn!(error = %e, "cannot lower the local pipeline's priority; it competes with training as an equal");
         }
         let mut names: Vec<String> = self.servers.iter().map(|s| s.host.clone()).collect();
         names.push(LOCAL_SOURCE.to_owned());
