@@ -11,13 +11,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 scripts/system-deps.sh
 # torchvision from requirements/bench.txt: the bench venv, on top of the torch venv.
 venv="$(scripts/bench-env.sh)"
-tools="$(scripts/python-env.sh)"
-# The release wheel (make test installs a debug one, which is no fair contender).
-rm -rf "$CARGO_TARGET_DIR/wheels-release"
-PATH="$PATH:$tools/bin" maturin build -q --release --manifest-path python/Cargo.toml \
-  -i "$venv/bin/python" -o "$CARGO_TARGET_DIR/wheels-release" >&2
-"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
-  "$CARGO_TARGET_DIR"/wheels-release/hetgen-*.whl >&2
+bench/release-wheel.sh "$venv"
 # The pipeline bench's 64 JPEGs (500×375, q90), ten times over as a ten-class image folder.
 fixtures="$CARGO_TARGET_DIR/bench-fixtures"
 cargo build -q --release -p hetgen-pipeline --example pipeline_bench

@@ -10,12 +10,7 @@ rounds="${2:-5}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 scripts/system-deps.sh
 venv="$(scripts/torch-env.sh)"
-tools="$(scripts/python-env.sh)"
-rm -rf "$CARGO_TARGET_DIR/wheels-release"
-PATH="$PATH:$tools/bin" maturin build -q --release --manifest-path python/Cargo.toml \
-  -i "$venv/bin/python" -o "$CARGO_TARGET_DIR/wheels-release" >&2
-"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
-  "$CARGO_TARGET_DIR"/wheels-release/hetgen-*.whl >&2
+bench/release-wheel.sh "$venv"
 cargo build -q --release -p hetgen-data --example stream_bench
 bench="$CARGO_TARGET_DIR/release/examples/stream_bench"
 echo "| servers | round | Rust client GB/s | hetgen.Loader GB/s | ratio |"
