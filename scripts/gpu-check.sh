@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The trainer's GPU path on any CUDA machine, in a few minutes: ResNet-50 (bf16 autocast, every
-# GPU of the machine as a replica) on synthetic 500x375 JPEGs, run by `hetgen bench` twice —
-# homogeneous (the trainer host decodes and augments on its own cores) and heterogeneous (two
-# data hosts on the other cores stream batches over gRPC). Prints the bench table and leaves
-# bench.json and bench.svg in the work folder it names.
+# GPU of the machine as a replica) on synthetic 500x375 JPEGs, run by `hetgen bench` three
+# times — homogeneous (the trainer host decodes and augments on its own cores), remote-only (two
+# data hosts on the other cores stream batches over gRPC) and hybrid (both at once: the trainer
+# host's spare cores, its vCPUs less `reserve_vcpus`, preprocess beside the data hosts). Prints
+# the bench table and leaves bench.json (with `hybrid_ratio`, hybrid samples/s over the other
+# two together) and bench.svg in the work folder it names.
 #
 #   scripts/gpu-check.sh [STEPS]        (default 100 steps per configuration)
 set -euo pipefail
