@@ -89,14 +89,16 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         Length::Steps(n) => n.min(200),
         Length::Epochs(_) => 100,
     });
-    let mut hetero = job.clone();
-    if let Trainer::Builtin(trainer) = &mut hetero.trainer {
+    let mut base = job.clone();
+    if let Trainer::Builtin(trainer) = &mut base.trainer {
         trainer.length = Length::Steps(steps.max(1));
         trainer.checkpoint_every = None;
     }
     // Remote-only: the trainer's own pipeline off, whatever the spec says.
+    let mut hetero = base.clone();
     hetero.pipeline.trainer_cpus = TrainerCpus::Threads(0);
-    let mut homo = hetero.clone();
+    // Homogeneous: the trainer alone, its pipeline sized as the spec sizes it there.
+    let mut homo = base.clone();
     homo.groups.retain(|g| g.role == Role::Trainer);
     // The trainer host preprocesses alone now, so it needs every channel, including those the
     // spec delivers only to data groups.
@@ -117,7 +119,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         .clamp(1, cores.len() - 1);
     let (trainer_cores, data_cores) = (cores[..k].to_vec(), cores[k..].to_vec());
     // Hybrid: the trainer host's pipeline with the threads it has alone on the same cores.
-    let mut hybrid = hetero.clone();
+    let mut hybrid = base;
     let alone = homo.trainer_threads(u32::try_from(k).unwrap_or(u32::MAX));
     hybrid.pipeline.trainer_cpus = TrainerCpus::Threads(alone);
     let launcher = match &args.launcher {
