@@ -551,13 +551,7 @@ fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
 
 /// The job's environment when this process runs inside a job (SageMaker, `deploy --local`).
 fn job_env() -> PyResult<Option<Env>> {
-    let base = std::env::var_os(hetgen_env::BASE_DIR_VAR)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/ml"));
-    if !base.join("input/config/resourceconfig.json").exists() {
-        return Ok(None);
-    }
-    Env::load().map(Some).map_err(|e| errors::to_py(&e))
+    Env::load_if_present().map_err(|e| errors::to_py(&e))
 }
 
 /// A spec (`hetgen.toml`, validated as `hetgen validate` does) or a rendered `job.json`.
@@ -565,13 +559,15 @@ fn load_spec(path: &Path) -> PyResult<Job> {
     if path.extension().is_some_and(|e| e == "json") {
         return load_job_file(Some(path));
     }
-    let text = std::fs::read_to_string(path)
+    let bytes = std::fs::read(path)
         .map_err(|e| SpecError::new_err(format!("cannot read the spec {}: {e}", path.display())))?;
-    let name = path.display().to_string();
-    let checked = hetgen_spec::check(&name, &text);
-    checked
-        .job
-        .ok_or_else(|| SpecError::new_err(describe_problems(&name, &checked.report)))
+    let checked = hetgen_spec::check_file(path, &bytes);
+    checked.job.ok_or_else(|| {
+        SpecError::new_err(describe_problems(
+            &path.display().to_string(),
+            &checked.report,
+        ))
+    })
 }
 
 fn load_job_file(path: Option<&Path>) -> PyResult<Job> {
@@ -643,39 +639,29 @@ fn connect(
     tune: impl FnOnce(&mut ClientConfig) + Send + 'static,
 ) -> PyResult<Client> {
     let job = job.clone();
+    if let Some(token) = &token {
+        hetgen_data::auth::check_token(token).map_err(|e| errors::to_py(&e))?;
+    }
     let result = match (hosts, env) {
-        (None, Some(env)) if token.is_none() => {
+        (None, Some(env)) => {
             let env = env.clone();
             let id = id.unwrap_or_else(|| trainer_id(&env, rank));
             wait::run(py, "hetgen-connect", move || {
-                connect_to_job(&job, &env, id, tune)
+                connect_to_job(&job, &env, id, token, tune)
             })?
         }
-        (hosts, env) => {
-            let targets = match (hosts, env) {
-                (Some(hosts), _) => hosts
-                    .iter()
-                    .map(|h| parse_host(h))
-                    .collect::<PyResult<Vec<_>>>()?,
-                (None, Some(env)) => {
-                    let port = hetgen_data::role::data_port().map_err(|e| errors::to_py(&e))?;
-                    data_hosts(&job, env)
-                        .into_iter()
-                        .map(|h| (h, port))
-                        .collect()
-                }
-                (None, None) => {
-                    return Err(ConfigurationError::new_err(
-                        "mode `remote` outside a job needs `hosts` (\"host:port\" of every data \
-                         server)",
-                    ));
-                }
-            };
+        (None, None) => {
+            return Err(ConfigurationError::new_err(
+                "mode `remote` outside a job needs `hosts` (\"host:port\" of every data server)",
+            ));
+        }
+        (Some(hosts), _) => {
+            let targets = hosts
+                .iter()
+                .map(|h| parse_host(h))
+                .collect::<PyResult<Vec<_>>>()?;
             let token = match token {
-                Some(token) => {
-                    hetgen_data::auth::check_token(&token).map_err(|e| errors::to_py(&e))?;
-                    token
-                }
+                Some(token) => token,
                 None => hetgen_data::auth::token_from_env().map_err(|e| errors::to_py(&e))?,
             };
             let id = id.unwrap_or_else(|| format!("python-{}/rank-{rank}", std::process::id()));

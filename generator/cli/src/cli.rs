@@ -343,7 +343,6 @@ fn price() -> impl value::Parser<f64> {
 /// (`inf`, `nan`, `1e400`, `2^64`, negatives, garbage), so a bad value is a usage error (exit 2)
 /// that names the flag and the range, raised before any work starts or any request is sent.
 pub mod value {
-    use std::fmt::Display;
     use std::time::Duration;
 
     /// The largest `--max-runtime`: SageMaker's own limit on a training job (28 days).
@@ -394,7 +393,7 @@ pub mod value {
     /// A whole number in `low ..= high`.
     pub fn whole<T>(low: u64, high: u64) -> impl Parser<T>
     where
-        T: TryFrom<u64> + Display,
+        T: TryFrom<u64>,
     {
         move |text: &str| {
             let expected = || format!("expected a whole number from {low} to {high}");

@@ -165,18 +165,24 @@ impl LauncherBuild {
     }
 }
 
-/// The PyTorch venv of `scripts/torch-env.sh` (`$HETGEN_TORCH_VENV`, default
-/// `~/.cache/hetgen/torch`), when the caller has not pointed torch-sys at a libtorch already.
+/// Where `scripts/torch-env.sh` keeps the project's PyTorch venv: `$HETGEN_TORCH_VENV`, default
+/// `~/.cache/hetgen/torch` (it may not exist).
+pub(crate) fn torch_venv_dir() -> Option<PathBuf> {
+    std::env::var_os("HETGEN_TORCH_VENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/hetgen/torch"))
+        })
+}
+
+/// The PyTorch venv, when it exists and the caller has not pointed torch-sys at a libtorch
+/// already.
 fn torch_venv() -> Option<PathBuf> {
     if std::env::var_os("LIBTORCH").is_some() || std::env::var_os("LIBTORCH_USE_PYTORCH").is_some()
     {
         return None;
     }
-    let venv = std::env::var_os("HETGEN_TORCH_VENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/hetgen/torch"))
-        })?;
+    let venv = torch_venv_dir()?;
     venv.join("bin/python").is_file().then_some(venv)
 }
 

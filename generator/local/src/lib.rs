@@ -195,12 +195,7 @@ fn script_environment(
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
     if !dirs.iter().any(|d| d.join("torchrun").is_file()) {
         // The project's PyTorch venv (`scripts/torch-env.sh`) stands in for the image.
-        let venv = std::env::var_os("HETGEN_TORCH_VENV")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hetgen/torch"))
-            });
-        match venv
+        match launcher::torch_venv_dir()
             .map(|v| v.join("bin"))
             .filter(|b| b.join("torchrun").is_file())
         {

@@ -40,14 +40,11 @@ pub fn hyperparameters(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
 pub fn environment(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
     let mut env = sm.environment.clone();
     if let Some(script) = job.trainer.script() {
-        env.entry(PROGRAM_VAR.to_owned())
+        env.entry(hetgen_spec::model::PROGRAM_VAR.to_owned())
             .or_insert_with(|| script.script.clone());
     }
     env
 }
-
-/// SageMaker's variable naming a script-mode job's entry point.
-pub const PROGRAM_VAR: &str = "SAGEMAKER_PROGRAM";
 
 /// The tags on every job: the spec's, then hetgen's version and the spec's hash.
 pub fn tags(sm: &SageMaker, spec_sha256: &str) -> Vec<Tag> {

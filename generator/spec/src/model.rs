@@ -395,6 +395,9 @@ impl Trainer {
     }
 }
 
+/// SageMaker's variable naming a script-mode job's entry point.
+pub const PROGRAM_VAR: &str = "SAGEMAKER_PROGRAM";
+
 /// The user's training script, run under `torchrun` on every host of the trainer group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScriptTrainer {

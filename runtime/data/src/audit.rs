@@ -55,22 +55,15 @@ pub struct Audited<S> {
     file: AuditFile,
 }
 
-impl<S: BatchStream> Audited<S> {
-    /// Append to `path` (see [`AuditFile::open`]).
-    pub fn new(inner: S, path: &Path) -> std::io::Result<Self> {
-        Ok(Self {
-            inner,
-            file: AuditFile::open(path)?,
-        })
-    }
-}
-
 /// Wrap `stream` when `HETGEN_AUDIT_FILE` is set.
 pub fn audit_from_env(stream: Box<dyn BatchStream>) -> std::io::Result<Box<dyn BatchStream>> {
-    match std::env::var_os(AUDIT_FILE_VAR) {
-        Some(path) => Ok(Box::new(Audited::new(stream, Path::new(&path))?)),
-        None => Ok(stream),
-    }
+    Ok(match AuditFile::from_env()? {
+        Some(file) => Box::new(Audited {
+            inner: stream,
+            file,
+        }),
+        None => stream,
+    })
 }
 
 impl<S: BatchStream> BatchStream for Audited<S> {

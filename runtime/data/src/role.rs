@@ -57,17 +57,13 @@ pub enum RoleError {
 
 /// The port of the data service, from `HETGEN_DATA_PORT` or the default.
 pub fn data_port() -> Result<u16, RoleError> {
-    match std::env::var(DATA_PORT_VAR) {
-        Ok(value) => match value.trim().parse::<u16>() {
-            Ok(port) if port > 0 => Ok(port),
-            _ => Err(RoleError::Variable {
-                var: DATA_PORT_VAR,
-                value,
-                expected: "a TCP port number from 1 to 65535",
-            }),
-        },
-        Err(_) => Ok(DEFAULT_DATA_PORT),
-    }
+    hetgen_env::port_from_env(DATA_PORT_VAR, DEFAULT_DATA_PORT).map_err(|value| {
+        RoleError::Variable {
+            var: DATA_PORT_VAR,
+            value,
+            expected: "a TCP port number from 1 to 65535",
+        }
+    })
 }
 
 fn watchdog() -> Result<Duration, RoleError> {

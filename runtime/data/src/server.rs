@@ -140,11 +140,18 @@ pub struct ServerConfig {
     pub trainer_hosts: Vec<String>,
 }
 
+/// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
+/// while the trainer acknowledges and re-requests. A server offers this many credits, and the
+/// trainer's own pipeline (hybrid input) takes as many.
+pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
+    (threads as u32).div_ceil(8).max(2)
+}
+
 impl ServerConfig {
     /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
     /// keep the pool busy while the trainer acknowledges and re-requests.
     pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
-        let max_inflight_shards = (engine.threads() as u32).div_ceil(8).max(2);
+        let max_inflight_shards = max_inflight_shards(engine.threads());
         Self {
             server_id,
             token,
@@ -271,6 +278,13 @@ struct Trainer {
     unacked: VecDeque<(u32, u32)>,
 }
 
+impl Trainer {
+    /// Nothing open and nothing owed: the entry can go.
+    fn idle(&self) -> bool {
+        self.streams == 0 && self.unacked.is_empty()
+    }
+}
+
 /// A trainer id as logs and messages show it: escaped (no control or bidirectional characters
 /// reach a terminal) and cut to 64 characters.
 pub struct LogId<'a>(pub &'a str);
@@ -316,7 +330,7 @@ impl Drop for OpenStream {
         let mut trainers = self.shared.trainers.lock().expect("lock poisoned");
         if let Some(t) = trainers.get_mut(&self.trainer) {
             t.streams = t.streams.saturating_sub(1);
-            if t.streams == 0 && t.unacked.is_empty() {
+            if t.idle() {
                 trainers.remove(&self.trainer);
             }
         }
@@ -639,14 +653,17 @@ impl DataService for Service {
         check_trainer_id(&request.trainer_id)?;
         self.0.touch();
         let mut trainers = self.0.trainers.lock().expect("lock poisoned");
-        let trainer = trainers.get_mut(&request.trainer_id);
-        let unacked = trainer.map(|t| &mut t.unacked);
-        let mut missing = None;
-        if let Some(unacked) = unacked {
+        let mut missing = request.shards.first().copied();
+        if let Some(trainer) = trainers.get_mut(&request.trainer_id) {
+            missing = None;
             for shard in &request.shards {
-                match unacked.iter().position(|k| *k == (request.epoch, *shard)) {
+                match trainer
+                    .unacked
+                    .iter()
+                    .position(|k| *k == (request.epoch, *shard))
+                {
                     Some(i) => {
-                        unacked.remove(i);
+                        trainer.unacked.remove(i);
                     }
                     None => {
                         missing = Some(*shard);
@@ -654,14 +671,9 @@ impl DataService for Service {
                     }
                 }
             }
-        } else {
-            missing = request.shards.first().copied();
-        }
-        if trainers
-            .get(&request.trainer_id)
-            .is_some_and(|t| t.streams == 0 && t.unacked.is_empty())
-        {
-            trainers.remove(&request.trainer_id);
+            if trainer.idle() {
+                trainers.remove(&request.trainer_id);
+            }
         }
         match missing {
             Some(shard) => Err(Status::not_found(format!(

@@ -51,6 +51,25 @@ pub const RENDEZVOUS_PORT_VAR: &str = "HETGEN_RENDEZVOUS_PORT";
 /// `torchrun`'s own default rendezvous port.
 pub const DEFAULT_RENDEZVOUS_PORT: u16 = 29500;
 
+/// A TCP port from the variable `var` (blanks around it ignored), or `default` when it is unset;
+/// `Err(value)` when it holds anything but 1 to 65535.
+pub fn port_from_env(var: &str, default: u16) -> Result<u16, String> {
+    match std::env::var(var) {
+        Ok(value) => match value.trim().parse::<u16>() {
+            Ok(port) if port > 0 => Ok(port),
+            _ => Err(value),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
+/// The root standing for `/opt/ml`: `SAGEMAKER_BASE_DIR` when set.
+fn base_dir() -> PathBuf {
+    std::env::var_os(BASE_DIR_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/ml"))
+}
+
 /// `SM_CHANNEL_<NAME>`: the variable holding channel `name`'s folder, as the training toolkit
 /// names it (upper case, `-` as `_`).
 pub fn channel_var(name: &str) -> String {
@@ -240,10 +259,17 @@ pub struct Env {
 impl Env {
     /// Read the environment of the current process.
     pub fn load() -> Result<Env, EnvError> {
-        let base = std::env::var_os(BASE_DIR_VAR)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/opt/ml"));
-        Env::load_from(&base, |name| std::env::var(name).ok())
+        Env::load_from(&base_dir(), |name| std::env::var(name).ok())
+    }
+
+    /// [`Env::load`] inside a job; `Ok(None)` outside one (no `resourceconfig.json` under the
+    /// root), for code that also runs on a workstation.
+    pub fn load_if_present() -> Result<Option<Env>, EnvError> {
+        let paths = Paths { base: base_dir() };
+        if !paths.resource_config().exists() {
+            return Ok(None);
+        }
+        Env::load_from(&paths.base, |name| std::env::var(name).ok()).map(Some)
     }
 
     /// Read the environment rooted at `base`, with `var` standing for the process environment.

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 pub use args::{Args, InputChoice};
 pub use hetgen_pipeline::{BoxError, Image, Params, SampleRng, Stage, StageRegistry};
-use hetgen_spec::model::{Job, Role, Trainer};
+use hetgen_spec::model::{BuiltinTrainer, Job, Role, Trainer};
 
 /// Run the role of this instance; the launcher's `main` returns this.
 pub fn launch(stages: StageRegistry) -> ExitCode {
@@ -86,7 +86,7 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
         }
         Role::Trainer => match &job.trainer {
             Trainer::Script(script) => script::run(job, script, env),
-            Trainer::Builtin(_) => builtin(job, env, stages, args),
+            Trainer::Builtin(trainer) => builtin(job, trainer, env, stages, args),
         },
     }
 }
@@ -94,11 +94,12 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
 #[cfg(feature = "builtin-trainer")]
 fn builtin(
     job: &Job,
+    trainer: &BuiltinTrainer,
     env: &hetgen_env::Env,
     stages: &StageRegistry,
     args: &Args,
 ) -> Result<String, BoxError> {
-    let summary = trainer::run(job, env, stages, args)?;
+    let summary = trainer::run(job, trainer, env, stages, args)?;
     Ok(format!(
         "training finished: {} steps, {:.1} samples/s, stall {:.1} %",
         summary.steps,
@@ -108,7 +109,13 @@ fn builtin(
 }
 
 #[cfg(not(feature = "builtin-trainer"))]
-fn builtin(_: &Job, _: &hetgen_env::Env, _: &StageRegistry, _: &Args) -> Result<String, BoxError> {
+fn builtin(
+    _: &Job,
+    _: &BuiltinTrainer,
+    _: &hetgen_env::Env,
+    _: &StageRegistry,
+    _: &Args,
+) -> Result<String, BoxError> {
     Err(
         "this launcher was built without the built-in trainer (a script-mode image), but the \
          job trains a built-in `model`: render and build the image again"

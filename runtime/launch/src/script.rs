@@ -20,7 +20,6 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hetgen_data::client::{connect_to_job, data_hosts, resolve_blocking};
@@ -54,15 +53,16 @@ pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxEr
             env.group()
         )
     })?;
-    let port = match std::env::var(hetgen_env::RENDEZVOUS_PORT_VAR) {
-        Ok(v) => v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-            format!(
-                "{}={v:?}: expected a TCP port number",
-                hetgen_env::RENDEZVOUS_PORT_VAR
-            )
-        })?,
-        Err(_) => hetgen_env::DEFAULT_RENDEZVOUS_PORT,
-    };
+    let port = hetgen_env::port_from_env(
+        hetgen_env::RENDEZVOUS_PORT_VAR,
+        hetgen_env::DEFAULT_RENDEZVOUS_PORT,
+    )
+    .map_err(|v| {
+        format!(
+            "{}={v:?}: expected a TCP port number from 1 to 65535",
+            hetgen_env::RENDEZVOUS_PORT_VAR
+        )
+    })?;
     let master = resolve_blocking(&hosts[0], port, Duration::from_secs(600))
         .map_err(|e| format!("the rendezvous host {}: {e}", hosts[0]))?;
     let code_dir = std::env::var_os(hetgen_env::CODE_DIR_VAR)
@@ -124,24 +124,24 @@ pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxEr
     let group = child.id() as libc::pid_t;
     let signals = forward_signals(group)?;
 
-    // The script's stderr goes on to ours as it comes; its last lines are kept.
-    let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+    // The script's stderr goes on to ours as it comes; the copier keeps its last lines and
+    // hands them back when the stream ends.
     let stderr = child.stderr.take().expect("stderr is piped");
-    let keep = tail.clone();
     let copier = std::thread::spawn(move || {
+        let mut tail = VecDeque::with_capacity(TAIL_LINES);
         let mut out = std::io::stderr();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let _ = writeln!(out, "{line}");
-            let mut tail = keep.lock().unwrap_or_else(|e| e.into_inner());
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
             tail.push_back(line);
         }
+        tail
     });
     let status = child.wait()?;
     signals.close();
-    let _ = copier.join();
+    let tail = copier.join().unwrap_or_default();
 
     let failed = !status.success();
     let reason = if failed {
@@ -169,11 +169,7 @@ pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxEr
         ),
         (None, None) => (1, "failed".to_owned()),
     };
-    let lines: Vec<String> = tail
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .drain(..)
-        .collect();
+    let lines: Vec<String> = tail.into_iter().collect();
     let mut text = lines.join("\n");
     if text.len() > TAIL_CHARS {
         let mut cut = text.len() - TAIL_CHARS;
@@ -204,7 +200,9 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str) {
     // The servers have been up all along; one that does not answer within seconds has stopped
     // already (another host failed, or the job is being stopped), and waiting longer would only
     // hold this host up.
-    match connect_to_job(job, env, id, |c| c.connect_timeout = Duration::from_secs(5)) {
+    match connect_to_job(job, env, id, None, |c| {
+        c.connect_timeout = Duration::from_secs(5)
+    }) {
         Ok(client) => {
             for (host, why) in client.finished(env.host(), failed, reason) {
                 tracing::warn!(%host, %why, "could not tell a data server this host finished (its watchdog will stop it)");

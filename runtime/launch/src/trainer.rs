@@ -9,19 +9,19 @@ use hetgen_env::Env;
 use hetgen_pipeline::{
     BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,
 };
-use hetgen_spec::model::{Job, Length};
+use hetgen_spec::model::{BuiltinTrainer, Job, Length};
 use hetgen_trainer::{Options, Paths, Summary};
 
 use crate::{Args, InputChoice};
 
 /// Train this job on this instance.
-pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<Summary, BoxError> {
-    let Some(trainer) = job.trainer.builtin() else {
-        return Err(
-            "script-mode trainer groups run the user's script under torchrun; this launcher predates it"
-                .into(),
-        );
-    };
+pub fn run(
+    job: &Job,
+    trainer: &BuiltinTrainer,
+    env: &Env,
+    stages: &StageRegistry,
+    args: &Args,
+) -> Result<Summary, BoxError> {
     let hosts = data_hosts(job, env);
     let choice = match (args.input, hosts.is_empty()) {
         (Some(InputChoice::Remote), true) => {
@@ -85,7 +85,7 @@ pub fn run(job: &Job, env: &Env, stages: &StageRegistry, args: &Args) -> Result<
             Ok(result?)
         }
         InputChoice::Remote => {
-            let client = connect_to_job(job, env, trainer_id(env, 0), |_| {})?;
+            let client = connect_to_job(job, env, trainer_id(env, 0), None, |_| {})?;
             let client = match local_threads(job, 1) {
                 0 => {
                     tracing::info!("input: the data servers");
@@ -149,7 +149,7 @@ fn shutdown<T, E: std::fmt::Display>(client: &Client, result: &Result<T, E>) {
 }
 
 fn shutdown_unused<T, E: std::fmt::Display>(job: &Job, env: &Env, result: &Result<T, E>) {
-    match connect_to_job(job, env, trainer_id(env, 0), |_| {}) {
+    match connect_to_job(job, env, trainer_id(env, 0), None, |_| {}) {
         Ok(client) => shutdown(&client, result),
         Err(e) => {
             tracing::warn!(error = %e, "could not reach the data servers to stop them (their watchdog will)")

@@ -135,7 +135,7 @@ pub(super) fn sagemaker(
     let environment = sm.environment.clone().unwrap_or_default();
     // What hetgen adds to the job's Environment: the job token (`deploy`, the SDK files) and,
     // in script mode, `SAGEMAKER_PROGRAM` unless the spec sets it.
-    let added = 1 + usize::from(script && !environment.contains_key("SAGEMAKER_PROGRAM"));
+    let added = 1 + usize::from(script && !environment.contains_key(crate::model::PROGRAM_VAR));
     ok &= check_environment(ctx, &environment, added);
     let hyperparameters: BTreeMap<String, String> = sm
         .hyperparameters

@@ -39,7 +39,7 @@ pub fn local_threads(job: &Job, local_ranks: u32) -> u32 {
 }
 
 /// `host_threads` divided among `local_ranks`, as [`local_threads`] does.
-pub fn per_rank(job: &Job, host_threads: u32, local_ranks: u32) -> u32 {
+fn per_rank(job: &Job, host_threads: u32, local_ranks: u32) -> u32 {
     let part = host_threads / local_ranks.max(1);
     if job.is_homogeneous() {
         part.max(1)
@@ -53,16 +53,20 @@ pub fn trainer_id(env: &Env, rank: u32) -> String {
     format!("{}/rank-{rank}", env.host())
 }
 
-/// Connect to every data host of `job` as `trainer_id`; `configure` may adjust the client's
-/// timeouts before it connects.
+/// Connect to every data host of `job` as `trainer_id`, with `token` or else the job's token
+/// from the environment; `configure` may adjust the client's timeouts before it connects.
 pub fn connect_to_job(
     job: &Job,
     env: &Env,
     trainer_id: String,
+    token: Option<String>,
     configure: impl FnOnce(&mut ClientConfig),
 ) -> Result<Client, BoxError> {
     let port = crate::role::data_port()?;
-    let token = crate::auth::token_from_env()?;
+    let token = match token {
+        Some(token) => token,
+        None => crate::auth::token_from_env()?,
+    };
     let targets: Vec<(String, u16)> = data_hosts(job, env)
         .into_iter()
         .map(|host| (host, port))

@@ -27,7 +27,7 @@ use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
 pub use connect::{resolve, resolve_blocking};
-pub use job::{connect_to_job, data_hosts, local_threads, per_rank, trainer_hosts, trainer_id};
+pub use job::{connect_to_job, data_hosts, local_threads, trainer_hosts, trainer_id};
 
 /// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
 pub const LOCAL_SOURCE: &str = "local";

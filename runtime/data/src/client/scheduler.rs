@@ -66,14 +66,9 @@ impl Source {
     fn credits(&self) -> u32 {
         match self {
             Source::Remote(server) => server.info.max_inflight_shards.max(1),
-            Source::Local(engine) => local_credits(engine.threads()),
+            Source::Local(engine) => crate::server::max_inflight_shards(engine.threads()),
         }
     }
-}
-
-/// A server's credits for a pool of `threads` (the data server's own rule).
-fn local_credits(threads: usize) -> u32 {
-    (threads as u32).div_ceil(8).max(2)
 }
 
 struct Slot {
