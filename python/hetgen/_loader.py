@@ -151,6 +151,8 @@ class Loader:
             audit=audit,
         )
         self._len = self._native.batches_per_epoch()
+        # The job never changes: read once, not on every batch's `to_device`.
+        self._normalization = self._native.normalization
 
     # -- what it streams -------------------------------------------------------------------
 
@@ -180,7 +182,7 @@ class Loader:
     def normalization(self) -> list[tuple[list[float], list[float]]]:
         """The spec's ``normalize`` stages as ``(mean, std)``: they run on the device
         (:func:`hetgen.torch.to_device`), so batches travel as compact ``uint8``."""
-        return self._native.normalization
+        return self._normalization
 
     @property
     def threads(self) -> int:

@@ -8,6 +8,7 @@ its device: copy the ``uint8`` pixels (a quarter of the bytes of ``float32``), t
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Sequence, Tuple
 
 if TYPE_CHECKING:
@@ -62,7 +63,15 @@ def to_device(
 
 
 def _constant(torch, values: Sequence[float], channels: int, like):
-    """``[1, c, 1, 1]`` on ``like``'s device; one value stands for every channel."""
+    """``[1, c, 1, 1]`` on ``like``'s device; one value stands for every channel. Made once per
+    (values, channels, dtype, device): a fresh one per batch would be a small synchronous
+    host-to-device copy on every step."""
+    return _device_constant(tuple(values), channels, like.dtype, like.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _device_constant(values: tuple, channels: int, dtype, device):
+    torch = _torch()
     values = list(values)
     if len(values) == 1:
         values = values * channels
@@ -70,4 +79,4 @@ def _constant(torch, values: Sequence[float], channels: int, like):
         raise ValueError(
             f"normalize has {len(values)} values for images of {channels} channel(s)"
         )
-    return torch.tensor(values, dtype=like.dtype, device=like.device).view(1, channels, 1, 1)
+    return torch.tensor(values, dtype=dtype, device=device).view(1, channels, 1, 1)
