@@ -6,7 +6,6 @@ CARGO_TARGET_DIR ?= $(HOME)/.cache/hetgen/target
 export CARGO_TARGET_DIR
 HETGEN := $(CARGO_TARGET_DIR)/debug/hetgen
 DEMO_DIR := build/demo
-WHEELS := $(CARGO_TARGET_DIR)/wheels
 
 # libtorch for the trainer crate comes from the PyTorch wheel in a venv (scripts/torch-env.sh);
 # torch-sys finds it through that venv's python (LIBTORCH_USE_PYTORCH=1), and binaries carry an
@@ -36,10 +35,7 @@ test: build
 ## The Python package (python/): build its wheel with maturin and install it into the torch venv
 ## (real torch, as a user's image has), where `hetgen deploy --local` finds it for script-mode jobs.
 wheel:
-	$(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && export PATH="$$PATH:$$VENV/bin" && \
-	  rm -rf "$(WHEELS)" && \
-	  maturin build --locked --manifest-path python/Cargo.toml -i "$$TORCH_VENV/bin/python" -o "$(WHEELS)" && \
-	  "$$TORCH_VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$(WHEELS)"/hetgen-*.whl
+	$(WITH_TORCH) && scripts/wheel.sh "$$TORCH_VENV"
 
 ## The package's tests, against real data-server processes and real `hetgen deploy --local` jobs.
 python-test: wheel

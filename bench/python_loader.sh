@@ -11,7 +11,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 scripts/system-deps.sh
 # torchvision from requirements/bench.txt: the bench venv, on top of the torch venv.
 venv="$(scripts/bench-env.sh)"
-bench/release-wheel.sh "$venv"
+scripts/wheel.sh --release "$venv"
 # The pipeline bench's 64 JPEGs (500×375, q90), ten times over as a ten-class image folder.
 fixtures="$CARGO_TARGET_DIR/bench-fixtures"
 cargo build -q --release -p hetgen-pipeline --example pipeline_bench

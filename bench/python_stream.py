@@ -4,7 +4,7 @@
 
 The servers are `stream_bench serve N` (ready 128 × 224×224×3 batches); bench/python_stream.sh
 alternates this with the Rust client on the same servers. Also prints the process's CPU seconds
-(all threads, user + system) per gigabyte received, for bench/client_cpu.sh.
+(all threads, user + system) per gigabyte received.
 """
 
 import os

@@ -9,7 +9,7 @@
 //! ADDR,ADDR… SECONDS` prints the Rust client's rate from them, `rust-client-rate GB/S`, and
 //! the CPU time its process spent per gigabyte received, `rust-client-cpu-s-per-gb S` (user +
 //! system time of all its threads: what a trainer host gives the data client per GB/s of
-//! input; `bench/client_cpu.sh` measures it with servers and client on separate cores).
+//! input; `bench/python_stream.sh` measures it with servers and client on separate cores).
 //!
 //! "Ready" batches: the servers serve a prepared batch through [`Batches`] instead of running a
 //! pipeline, so the measurement is the service (gRPC framing, HTTP/2 flow control, checksums,
