@@ -299,6 +299,10 @@ pub struct BenchArgs {
     /// Build the launcher with optimizations
     #[arg(long)]
     pub release: bool,
+    /// Run no model: the trainer takes its batches and drops them, so each configuration
+    /// measures what its input alone delivers (as on a GPU host, whose CPU the model barely uses)
+    #[arg(long)]
+    pub input_only: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,

@@ -1,17 +1,19 @@
 //! The launcher's command line: `launcher train [--input local|remote] [--device auto|cuda|cpu]
-//! [--job FILE]`. SageMaker passes only `train`; the flags are for A/B runs and debugging.
+//! [--input-only] [--job FILE]`. SageMaker passes only `train`; the flags are for A/B runs and debugging.
 
 use std::path::PathBuf;
 
 use hetgen_spec::model::Device;
 
 pub(crate) const USAGE: &str = "\
-usage: launcher train [--input local|remote] [--device auto|cuda|cpu] [--job FILE]
+usage: launcher train [--input local|remote] [--device auto|cuda|cpu] [--input-only] [--job FILE]
 
 Runs this instance's role of the hetgen job (SageMaker runs `IMAGE train`).
   --input local|remote   trainer: preprocess on its own cores, or stream from the data hosts
                          (default: remote when the job has data groups)
   --device auto|cuda|cpu trainer: override the spec's device
+  --input-only           trainer: take the batches and drop them, no model (the input's
+                         ceiling, as `hetgen bench --input-only` measures it)
   --job FILE             job.json to read (default: $HETGEN_JOB_FILE, else /opt/hetgen/job.json)
 ";
 
@@ -31,6 +33,8 @@ pub struct Args {
     pub input: Option<InputChoice>,
     /// `--device`.
     pub device: Option<Device>,
+    /// `--input-only`.
+    pub input_only: bool,
     /// `--job`.
     pub job_file: Option<PathBuf>,
 }
@@ -66,6 +70,7 @@ impl Args {
                         v => return Err(format!("--device {v}: expected `auto`, `cuda` or `cpu`")),
                     })
                 }
+                "--input-only" => parsed.input_only = true,
                 "--job" => parsed.job_file = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown option `{other}`")),
             }
@@ -86,10 +91,19 @@ mod tests {
     fn parses_what_sagemaker_and_users_pass() {
         assert_eq!(parse(&["train"]), Ok(Some(Args::default())));
         let args = parse(&[
-            "train", "--input", "local", "--device", "cpu", "--job", "j.json",
+            "train",
+            "--input",
+            "local",
+            "--device",
+            "cpu",
+            "--input-only",
+            "--job",
+            "j.json",
         ])
         .unwrap()
         .unwrap();
+        assert!(args.input_only);
+        assert!(!parse(&["train"]).unwrap().unwrap().input_only);
         assert_eq!(args.input, Some(InputChoice::Local));
         assert_eq!(args.device, Some(Device::Cpu));
         assert_eq!(args.job_file, Some(PathBuf::from("j.json")));

@@ -39,6 +39,14 @@ pub fn run(
     let options = Options {
         device: args.device,
     };
+    // `--input-only` takes the same batches from the same input and drops them.
+    let run = |open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>| {
+        if args.input_only {
+            hetgen_trainer::drain(job, &paths, open)
+        } else {
+            hetgen_trainer::train(job, &paths, &options, open)
+        }
+    };
     let epochs = match trainer.length {
         Length::Epochs(n) => Some(n),
         Length::Steps(_) => None,
@@ -72,7 +80,7 @@ pub fn run(
                 let stream = LocalInput::new(engine.clone(), config.clone(), start);
                 Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
             };
-            let result = hetgen_trainer::train(job, &paths, &options, &mut open).map(|mut s| {
+            let result = run(&mut open).map(|mut s| {
                 s.local_threads = engine.threads() as u32;
                 s
             });
@@ -106,7 +114,7 @@ pub fn run(
                 let stream = client.stream(config.clone(), start);
                 Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
             };
-            let result = hetgen_trainer::train(job, &paths, &options, &mut open).map(|mut s| {
+            let result = run(&mut open).map(|mut s| {
                 s.batches_by_source = client.batches_by_source();
                 s.local_threads = client.local_threads() as u32;
                 s

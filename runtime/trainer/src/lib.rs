@@ -7,10 +7,12 @@
 //! bit-for-bit on CPU.
 //!
 //! The launcher calls [`train`] with a function that opens the input stream at a [`Position`]
-//! (or at the start); [`evaluate`] scores a saved model on another stream.
+//! (or at the start); [`evaluate`] scores a saved model on another stream; [`drain`] takes the
+//! batches without a model, to measure what the input alone delivers.
 
 mod checkpoint;
 mod device;
+mod drain;
 mod error;
 mod evaluate;
 mod input;
@@ -23,6 +25,7 @@ mod train;
 
 use std::path::PathBuf;
 
+pub use drain::{INPUT_ONLY, drain};
 pub use error::TrainError;
 pub use evaluate::{Evaluation, evaluate};
 pub use metrics::{StepRecord, step_line};

@@ -257,7 +257,7 @@ fn save_model(dir: &Path, info: &ModelInfo, replicas: &Replicas) -> Result<(), T
 }
 
 /// Writes [`SUMMARY_FILE`] into `dir` and prints the summary line.
-fn write_summary(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
+pub(crate) fn write_summary(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
     let path = dir.join(SUMMARY_FILE);
     let json = serde_json::to_string(summary).map_err(|e| TrainError::Io {
         what: "serialize",

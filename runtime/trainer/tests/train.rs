@@ -314,3 +314,46 @@ fn the_schedule_drives_each_step() {
     }
     assert!(lrs[31] < lr * 0.01);
 }
+
+#[test]
+fn drain_takes_the_batches_and_trains_nothing() {
+    let mut job = job(Model::Mlp, 0);
+    builtin(&mut job).length = Length::Epochs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = paths(dir.path());
+    let mut opened = Vec::new();
+    let summary = hetgen_trainer::drain(&job, &paths, &mut |start| {
+        opened.push(start.clone());
+        Ok(Box::new(common::Squares::new(1, Some(2), start)))
+    })
+    .unwrap();
+    // The same batches a training run takes (epochs_end_with_the_stream), from the start.
+    assert_eq!(summary.steps, 32);
+    assert_eq!(summary.epochs_started, 2);
+    assert_eq!(opened, vec![None]);
+    assert_eq!(summary.model, hetgen_trainer::INPUT_ONLY);
+    assert!(summary.samples_per_s > 0.0, "{summary:?}");
+    assert_eq!(summary.stall_fraction, 1.0);
+    let written: Summary = serde_json::from_str(
+        &std::fs::read_to_string(paths.output_data_dir.join(hetgen_trainer::SUMMARY_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written, summary);
+    // Nothing trained: no model, no checkpoint.
+    assert!(!paths.model_dir.join(MODEL_FILE).exists());
+    assert!(!paths.checkpoint_dir.exists());
+
+    // A step budget stops it early; bad input is an error, as in training.
+    builtin(&mut job).length = Length::Steps(5);
+    let summary = hetgen_trainer::drain(&job, &paths, &mut |start| {
+        Ok(Box::new(common::Squares::new(1, None, start)))
+    })
+    .unwrap();
+    assert_eq!(summary.steps, 5);
+    let failing = hetgen_trainer::drain(&job, &paths, &mut |start| {
+        let mut s = common::Squares::new(1, None, start);
+        s.fail_at = Some(2);
+        Ok(Box::new(s))
+    });
+    assert!(matches!(failing, Err(TrainError::Input(_))));
+}

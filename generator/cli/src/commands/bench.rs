@@ -9,6 +9,11 @@
 //! rest, so the sides never share a core. Hybrid's samples/s against the sum of the other two
 //! (`hybrid_ratio`) says how much of both sides' work it combines. Writes `bench.json` and
 //! `bench.svg` (step time, samples/s and stall per configuration).
+//!
+//! `--input-only` runs the trainer without its model (the launcher's `--input-only`): each
+//! configuration then measures its input's ceiling. On a CPU-only machine that is the fair
+//! comparison of where preprocessing runs, because a real model step would share the trainer
+//! host's cores with its own pipeline, which a GPU host's model does not.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +52,8 @@ pub struct Bench {
     pub spec: String,
     pub job: String,
     pub steps: u64,
+    /// The trainer ran no model (`--input-only`): samples/s are the input's ceiling.
+    pub input_only: bool,
     pub homogeneous: Config,
     /// The data hosts alone feed the trainer (its own pipeline off).
     pub heterogeneous: Config,
@@ -170,11 +177,14 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         };
         let mut local = hetgen_local::prepare(job, options)?;
         for command in &mut local.commands {
-            command.cpus = Some(if command.host.role == Role::Trainer {
-                trainer_cores.clone()
+            if command.host.role == Role::Trainer {
+                command.cpus = Some(trainer_cores.clone());
+                if args.input_only {
+                    command.args.push("--input-only".to_owned());
+                }
             } else {
-                data_cores.clone()
-            });
+                command.cpus = Some(data_cores.clone());
+            }
         }
         eprintln!(
             "bench: {name} run, {steps} steps ({} host(s))",
@@ -226,6 +236,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         spec: args.spec.display().to_string(),
         job: job.name.clone(),
         steps,
+        input_only: args.input_only,
         improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
         speedup: homogeneous.mean_step_ms / heterogeneous.mean_step_ms,
         hybrid_improvement: 1.0 - hybrid.cost_per_step / homogeneous.cost_per_step,
@@ -307,8 +318,16 @@ fn table(b: &Bench) -> String {
     }
     out + &format!(
         "speed-up {:.2}× remote-only, {:.2}× hybrid; hybrid makes {:.2}× the samples/s of \
-         homogeneous and remote-only together; {} steps each\n",
-        b.speedup, b.hybrid_speedup, b.hybrid_ratio, b.steps
+         homogeneous and remote-only together; {} steps each{}\n",
+        b.speedup,
+        b.hybrid_speedup,
+        b.hybrid_ratio,
+        b.steps,
+        if b.input_only {
+            " (input only: no model ran)"
+        } else {
+            ""
+        }
     )
 }
 

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::fixture::Fixture;
-use super::{code, repo, stderr};
+use super::{code, repo, stderr, stdout};
 
 /// moto's server, started for one test and killed when dropped.
 struct Moto {
@@ -87,10 +87,6 @@ fn rendered_project(example: &str) -> tempfile::TempDir {
     let out = aws(&["render"], dir.path(), true);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     dir
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).unwrap()
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{code, hetgen, stderr};
+use super::{code, hetgen, stderr, stdout};
 
 /// `hetgen new demo` + `hetgen render` in a fresh folder; returns the project folder.
 fn project(root: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
@@ -304,13 +304,7 @@ fn bench_runs_all_three_configurations_and_writes_json_and_svg() {
     let ratio = rates[2] / (rates[0] + rates[1]);
     assert!((bench["hybrid_ratio"].as_f64().unwrap() - ratio).abs() < 1e-12);
     // The hybrid run's trainer made batches itself and streamed the rest.
-    let hybrid_dir = std::path::PathBuf::from(bench["hybrid"]["job_dir"].as_str().unwrap());
-    let summary = std::fs::read_dir(hybrid_dir.join("hosts"))
-        .unwrap()
-        .flatten()
-        .find_map(|host| std::fs::read_to_string(host.path().join("output/data/summary.json")).ok())
-        .expect("the hybrid trainer wrote a summary");
-    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let summary = trainer_summary(&bench["hybrid"]["job_dir"]);
     assert!(summary["local_threads"].as_u64().unwrap() >= 1, "{summary}");
     assert!(
         summary["batches_by_source"]["local"].as_u64().is_some(),
@@ -328,4 +322,54 @@ fn bench_runs_all_three_configurations_and_writes_json_and_svg() {
         "{svg}"
     );
     assert!(svg.contains("homogeneous") && svg.contains("remote-only") && svg.contains("hybrid"));
+}
+
+/// The summary.json of the trainer host of a bench run's job folder.
+fn trainer_summary(job_dir: &serde_json::Value) -> serde_json::Value {
+    let hosts = std::path::PathBuf::from(job_dir.as_str().unwrap()).join("hosts");
+    let text = std::fs::read_dir(hosts)
+        .unwrap()
+        .flatten()
+        .find_map(|host| std::fs::read_to_string(host.path().join("output/data/summary.json")).ok())
+        .expect("the trainer wrote a summary");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn bench_input_only_runs_no_model() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| t);
+    let results = root.path().join("bench");
+    let out = hetgen(
+        &[
+            "bench",
+            "--steps",
+            "12",
+            "--input-only",
+            "--results",
+            results.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("input only: no model ran"),
+        "{}",
+        stdout(&out)
+    );
+    let bench = read_json(&results.join("bench.json"));
+    assert_eq!(bench["input_only"], true);
+    for side in ["homogeneous", "heterogeneous", "hybrid"] {
+        let summary = trainer_summary(&bench[side]["job_dir"]);
+        assert_eq!(summary["model"], "none (input only)", "{side}: {summary}");
+        assert_eq!(summary["steps"], 12, "{side}: {summary}");
+        assert_eq!(summary["stall_fraction"], 1.0, "{side}: {summary}");
+    }
+    // Hybrid still takes batches from both sides.
+    let hybrid = trainer_summary(&bench["hybrid"]["job_dir"]);
+    assert!(hybrid["local_threads"].as_u64().unwrap() >= 1, "{hybrid}");
+    assert!(
+        hybrid["batches_by_source"]["local"].as_u64().is_some(),
+        "{hybrid}"
+    );
 }

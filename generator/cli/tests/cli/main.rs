@@ -33,6 +33,10 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).unwrap()
 }
 
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
 /// Every invalid spec, as the terminal shows it: exit code and diagnostics.
 #[test]
 fn invalid_specs_print_their_diagnostics() {
