@@ -5,6 +5,14 @@
 CARGO_TARGET_DIR ?= $(HOME)/.cache/hetgen/target
 export CARGO_TARGET_DIR
 HETGEN := $(CARGO_TARGET_DIR)/debug/hetgen
+# Two checkouts sharing that target folder reuse each other's artifacts when the sources match
+# (cargo fingerprints workspace-relative paths), and with them the other's compile-time paths.
+# So what must be this checkout is said at run time: the runtime source local jobs build their
+# launcher against, and the workspace insta's snapshot tests read (the tests themselves read
+# CARGO_MANIFEST_DIR at run time).
+HETGEN_RUNTIME_PATH ?= $(CURDIR)/runtime/launch
+INSTA_WORKSPACE_ROOT ?= $(CURDIR)
+export HETGEN_RUNTIME_PATH INSTA_WORKSPACE_ROOT
 DEMO_DIR := build/demo
 
 # libtorch for the trainer crate comes from the PyTorch wheel in a venv (scripts/torch-env.sh);

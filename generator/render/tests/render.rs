@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 
 use hetgen_render::{Ownership, Rendered, SpecOrigin, render};
 
+/// At run time, not compile time: a test binary reused by another checkout must read that one.
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
+        .join("../..")
 }
 
 fn render_example(path: &Path) -> Rendered {

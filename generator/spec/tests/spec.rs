@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use hetgen_spec::{Severity, check};
 use proptest::prelude::*;
 
+/// At run time, not compile time: a test binary reused by another checkout must read that one.
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
+        .join("../..")
 }
 
 fn specs(dir: &str) -> Vec<(String, String)> {

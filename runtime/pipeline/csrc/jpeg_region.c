@@ -20,19 +20,43 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+/*
+ * `jump` and `message` belong to the call in progress (hetgen_jpeg_open or hetgen_jpeg_decode):
+ * `armed` says one is, and each clears it before returning, so the jump target is never a frame
+ * that has returned.
+ */
 struct hetgen_error {
     struct jpeg_error_mgr mgr;
     jmp_buf jump;
+    int armed;
     char *message;
     size_t message_len;
 };
 
 static void on_error(j_common_ptr cinfo) {
     struct hetgen_error *err = (struct hetgen_error *)cinfo->err;
+    if (!err->armed) {
+        /* libjpeg failed outside a call of ours: nothing to return to, and a bug here. */
+        abort();
+    }
     char text[JMSG_LENGTH_MAX];
     err->mgr.format_message(cinfo, text);
     snprintf(err->message, err->message_len, "%s", text);
+    err->armed = 0;
     longjmp(err->jump, 1);
+}
+
+static void arm(struct hetgen_error *err, char *message, size_t message_len) {
+    err->message = message;
+    err->message_len = message_len;
+    message[0] = 0;
+    err->armed = 1;
+}
+
+static void disarm(struct hetgen_error *err) {
+    err->armed = 0;
+    err->message = NULL;
+    err->message_len = 0;
 }
 
 /*
@@ -77,9 +101,7 @@ struct hetgen_jpeg *hetgen_jpeg_open(const uint8_t *data, size_t len, uint32_t *
     jpeg->cinfo.err = jpeg_std_error(&jpeg->err.mgr);
     jpeg->err.mgr.error_exit = on_error;
     jpeg->err.mgr.emit_message = on_warning;
-    jpeg->err.message = message;
-    jpeg->err.message_len = message_len;
-    message[0] = 0;
+    arm(&jpeg->err, message, message_len);
     if (setjmp(jpeg->err.jump)) {
         hetgen_jpeg_close(jpeg);
         return NULL;
@@ -89,6 +111,7 @@ struct hetgen_jpeg *hetgen_jpeg_open(const uint8_t *data, size_t len, uint32_t *
     jpeg_read_header(&jpeg->cinfo, TRUE);
     *width = jpeg->cinfo.image_width;
     *height = jpeg->cinfo.image_height;
+    disarm(&jpeg->err);
     return jpeg;
 }
 
@@ -106,16 +129,14 @@ uint32_t hetgen_jpeg_scaled(uint32_t size, uint32_t num) {
  * into RGB here, since libjpeg does not convert them itself. Returns 0, or -1 with `message`.
  * A decoder decodes once; close it after, whatever this returned.
  */
-int hetgen_jpeg_decode(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t scale_num,
-                       uint32_t top, uint32_t rows, uint32_t left, uint32_t cols, uint8_t *out,
-                       size_t out_len, uint32_t *out_left, uint32_t *out_cols, char *message,
-                       size_t message_len) {
+static int decode_region(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t scale_num,
+                         uint32_t top, uint32_t rows, uint32_t left, uint32_t cols, uint8_t *out,
+                         size_t out_len, uint32_t *out_left, uint32_t *out_cols, char *message,
+                         size_t message_len) {
     struct jpeg_decompress_struct *const cinfo = &jpeg->cinfo;
     /* `volatile`: read after a longjmp back into this frame. */
     JSAMPLE *volatile cmyk = NULL;
-    jpeg->err.message = message;
-    jpeg->err.message_len = message_len;
-    message[0] = 0;
+    arm(&jpeg->err, message, message_len);
     if (setjmp(jpeg->err.jump)) {
         free(cmyk);
         return -1;
@@ -201,4 +222,15 @@ int hetgen_jpeg_decode(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t sca
     jpeg_abort_decompress(cinfo);
     free(cmyk);
     return 0;
+}
+
+/* decode_region, with the error handler disarmed however it returned. */
+int hetgen_jpeg_decode(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t scale_num,
+                       uint32_t top, uint32_t rows, uint32_t left, uint32_t cols, uint8_t *out,
+                       size_t out_len, uint32_t *out_left, uint32_t *out_cols, char *message,
+                       size_t message_len) {
+    int result = decode_region(jpeg, channels, scale_num, top, rows, left, cols, out, out_len,
+                               out_left, out_cols, message, message_len);
+    disarm(&jpeg->err);
+    return result;
 }

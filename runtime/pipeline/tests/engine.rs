@@ -381,7 +381,10 @@ sigma = [0.8, 0.8]
         .chunks(18)
         .map(|row| row.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
         .collect();
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/fixture-6x6.hex");
+    let golden = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/golden/fixture-6x6.hex");
     if std::env::var_os("HETGEN_UPDATE_GOLDEN").is_some() {
         std::fs::write(&golden, &hex).unwrap();
     }

@@ -114,6 +114,11 @@ fn a_data_host_killed_mid_run_fails_the_job_and_leaves_no_process() {
             "the job never started training"
         );
         std::thread::sleep(Duration::from_millis(200));
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("hetgen ended ({status}) before its trainer's first step:\n{err}");
+        }
         let Ok(hosts) = std::fs::read_dir(job_dir.join("hosts")) else {
             continue;
         };

@@ -9,8 +9,9 @@ mod completions;
 mod fixture;
 mod local;
 
+/// At run time, not compile time: a test binary reused by another checkout must read that one.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
         .unwrap()

@@ -21,11 +21,10 @@ pub fn job(text: &str) -> Job {
 
 /// The digits data set as `root/{train,test}/<digit>/<n>.png` (every fifth image held out).
 pub fn write_digits(root: &Path) {
-    let gz = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../datasets/digits/digits.csv.gz"
-    ))
-    .unwrap();
+    let manifest =
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR");
+    let gz =
+        std::fs::read(Path::new(&manifest).join("../../datasets/digits/digits.csv.gz")).unwrap();
     let mut text = String::new();
     flate2::read::GzDecoder::new(&gz[..])
         .read_to_string(&mut text)
