@@ -5,7 +5,9 @@
 # data hosts on the other cores stream batches over gRPC) and hybrid (both at once: the trainer
 # host's spare cores, its vCPUs less `reserve_vcpus`, preprocess beside the data hosts). Prints
 # the bench table and leaves bench.json (with `hybrid_ratio`, hybrid samples/s over the other
-# two together) and bench.svg in the work folder it names.
+# two together) and bench.svg in the work folder it names. Then the same three with the model
+# off (`--input-only`): what each input alone delivers on this host, the ceiling the GPU run is
+# compared with.
 #
 #   scripts/gpu-check.sh [STEPS]        (default 100 steps per configuration)
 set -euo pipefail
@@ -21,4 +23,5 @@ cp scripts/gpu-check/hetgen.toml "$work/"
 cd "$work"
 "$CARGO_TARGET_DIR/debug/hetgen" render >&2
 "$CARGO_TARGET_DIR/debug/hetgen" bench --release --steps "$steps" --results "$work/bench"
-echo "results: $work/bench (bench.json, bench.svg; host logs under */run/hosts/*/output/log.txt)"
+"$CARGO_TARGET_DIR/debug/hetgen" bench --release --steps "$steps" --input-only --results "$work/input-only"
+echo "results: $work/bench and $work/input-only (bench.json, bench.svg; host logs under */run/hosts/*/output/log.txt)"
