@@ -269,24 +269,27 @@ fn profile_writes_what_plan_reads() {
     );
 }
 
-#[test]
-fn bench_runs_all_three_configurations_and_writes_json_and_svg() {
+/// `hetgen bench --steps 12` on the tiny project with `flags`: its output and results folder.
+fn bench(flags: &[&str]) -> (std::process::Output, PathBuf, tempfile::TempDir) {
     let root = tempfile::tempdir().unwrap();
     let dir = project(root.path(), |t| t);
     let results = root.path().join("bench");
-    let out = hetgen(
-        &[
-            "bench",
-            "--steps",
-            "12",
-            "--results",
-            results.to_str().unwrap(),
-            "--format",
-            "json",
-        ],
-        &dir,
-    );
+    let mut args = vec![
+        "bench",
+        "--steps",
+        "12",
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    args.extend(flags);
+    let out = hetgen(&args, &dir);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
+    (out, results, root)
+}
+
+#[test]
+fn bench_runs_all_three_configurations_and_writes_json_and_svg() {
+    let (out, results, _root) = bench(&["--format", "json"]);
     let bench = read_json(&results.join("bench.json"));
     let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed, bench);
@@ -342,21 +345,7 @@ fn trainer_summary(job_dir: &serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn bench_input_only_runs_no_model() {
-    let root = tempfile::tempdir().unwrap();
-    let dir = project(root.path(), |t| t);
-    let results = root.path().join("bench");
-    let out = hetgen(
-        &[
-            "bench",
-            "--steps",
-            "12",
-            "--input-only",
-            "--results",
-            results.to_str().unwrap(),
-        ],
-        &dir,
-    );
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (out, results, _root) = bench(&["--input-only"]);
     assert!(
         stdout(&out).contains("input only: no model ran"),
         "{}",
