@@ -1,5 +1,6 @@
 //! The launcher's command line: `launcher train [--input local|remote] [--device auto|cuda|cpu]
-//! [--input-only] [--job FILE]`. SageMaker passes only `train`; the flags are for A/B runs and debugging.
+//! [--input-only] [--job FILE]`. SageMaker passes only `train`; the flags are for A/B runs,
+//! benchmarks and debugging.
 
 use std::path::PathBuf;
 
