@@ -71,12 +71,13 @@ echo
 "${theirs[@]}" "$fixtures" "$seconds" | grep -v -- '-rate '
 "${dali[@]}" "$fixtures" "$seconds" | grep -v -- '-rate ' | tail -n 1
 echo
-echo "| round | hetgen images/s | torchvision images/s | DALI CPU images/s | hetgen / torchvision | hetgen / DALI | hetgen profile images/s | profile / hetgen |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| round | hetgen images/s | torchvision images/s | DALI CPU images/s | hetgen / torchvision | hetgen / DALI | hetgen profile images/s | profile / hetgen | fused op images/s | profile / fused |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 to_tv=()
 to_dali=()
 to_row=()
+to_fused=()
 for round in $(seq 1 "$rounds"); do
   a="$("${ours[@]}" "$fixtures" "$seconds" pipeline | awk '/^hetgen-pipeline-rate/ {print $2}')"
   b="$("${theirs[@]}" "$fixtures" "$seconds" pipeline | awk '/^torchvision-pipeline-rate/ {print $2}')"
@@ -84,13 +85,18 @@ for round in $(seq 1 "$rounds"); do
   p="$("${profile[@]}" "$seconds" 2>/dev/null | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["samples_per_s"], 1))')"
   q="$(awk -v a="$a" -v p="$p" 'BEGIN { printf "%.2f", p / a }')"
   to_row+=("$q")
+  # The engine's own cost: profile against decode + random_resized_crop alone.
+  f="$("${ours[@]}" "$fixtures" "$seconds" fused | awk '/^hetgen-fused-rate/ {print $2}')"
+  g="$(awk -v f="$f" -v p="$p" 'BEGIN { printf "%.2f", p / f }')"
+  to_fused+=("$g")
   r="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
   d="$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", a / c }')"
   to_tv+=("$r")
   to_dali+=("$d")
-  echo "| $round | $a | $b | $c | $r | $d | $p | $q |"
+  echo "| $round | $a | $b | $c | $r | $d | $p | $q | $f | $g |"
 done
 echo
 echo "hetgen / torchvision, per core (median of $rounds rounds): $(printf '%s\n' "${to_tv[@]}" | median)x"
 echo "hetgen / DALI CPU, per core (median of $rounds rounds): $(printf '%s\n' "${to_dali[@]}" | median)x"
 echo "hetgen profile --threads 1 / the pipeline row (median of $rounds rounds): $(printf '%s\n' "${to_row[@]}" | median)"
+echo "hetgen profile --threads 1 / the fused decode + random_resized_crop op (median of $rounds rounds): $(printf '%s\n' "${to_fused[@]}" | median)"

@@ -210,6 +210,16 @@ fn main() {
             println!("hetgen-pipeline-rate {rate:.1}");
             return;
         }
+        // `fused`: the decode + random_resized_crop op alone, to set beside `profile` in rounds.
+        Some("fused") => {
+            let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
+            let rate = rate(&files, budget, |b, rng| {
+                let choose = |h, w| ops::random_resized_crop_rect(h, w, scale, ratio, rng);
+                codec::decode_resized(b, 3, choose, [224, 224]).unwrap();
+            });
+            println!("hetgen-fused-rate {rate:.1}");
+            return;
+        }
         // `profile`: what `hetgen profile --threads 1` reports, for the same rounds.
         Some("profile") => {
             println!(
