@@ -547,3 +547,76 @@ fn a_spec_file_s_script_and_requirements_must_exist_next_to_it() {
     // Without the spec's folder nothing is looked for.
     assert!(check("hetgen.toml", &text).job.is_some());
 }
+
+/// A job of `data` data hosts and one trainer host reading a ShardedByS3Key channel that
+/// reaches `groups`, with `pipeline_extra` in `[pipeline]`.
+fn sharded_spec(data: u32, groups: &str, pipeline_extra: &str) -> String {
+    format!(
+        r#"version = 1
+[job]
+name = "sharded"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+count = {data}
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.g5.xlarge"
+count = 1
+role = "trainer"
+[[channel]]
+name = "training"
+uri = "data/train"
+instance_groups = {groups}
+distribution = "ShardedByS3Key"
+[pipeline]
+source = {{ format = "image-folder", channel = "training" }}
+batch_size = 32
+{pipeline_extra}
+[[pipeline.stage]]
+op = "decode"
+[[pipeline.stage]]
+op = "resize"
+size = [8, 8]
+[trainer]
+model = "mlp"
+steps = 10
+"#
+    )
+}
+
+#[test]
+fn a_sharded_source_is_valid_only_where_one_host_runs_the_pipeline() {
+    let codes = |text: String| -> Vec<&'static str> {
+        check("hetgen.toml", &text)
+            .report
+            .problems
+            .iter()
+            .map(|p| p.code)
+            .collect()
+    };
+    const SHARDED: &str = "hetgen::spec::sharded-source";
+    // One data host alone reads it: it holds everything there is.
+    assert!(!codes(sharded_spec(1, r#"["data_group"]"#, "")).contains(&SHARDED));
+    // Two data hosts would each hold half, yet each may be given any shard.
+    assert!(codes(sharded_spec(2, r#"["data_group"]"#, "")).contains(&SHARDED));
+    // The trainer's own pipeline (hybrid input) makes a second host, unless it is off.
+    let both = r#"["data_group", "dnn_group"]"#;
+    let hybrid = check("hetgen.toml", &sharded_spec(1, both, ""));
+    let problem = hybrid
+        .report
+        .problems
+        .iter()
+        .find(|p| p.code == SHARDED)
+        .expect("the trainer's pipeline counts");
+    assert!(
+        problem
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("trainer_threads = 0"),
+        "{problem:?}"
+    );
+    assert!(!codes(sharded_spec(1, both, "trainer_threads = 0")).contains(&SHARDED));
+}

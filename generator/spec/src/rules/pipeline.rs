@@ -1,7 +1,7 @@
 //! The data pipeline: its source, where the source's channel goes, and the stages in order.
 
 use crate::check::Ctx;
-use crate::model::{Channel, Group, Pipeline, Role, Source, Stage, TrainerCpus};
+use crate::model::{Channel, Group, Pipeline, Role, S3Distribution, Source, Stage, TrainerCpus};
 use crate::path;
 use crate::raw::{RawSource, RawSpec, RawStage};
 use crate::rules::cluster::ticked;
@@ -127,7 +127,9 @@ fn source(
     let at = path!["pipeline", "source"];
     match &raw.pipeline.source {
         RawSource::ImageFolder { channel } | RawSource::TarShards { channel } => {
-            source_channel(ctx, channel, groups, channels);
+            // Explicitly none of the trainer's vCPUs preprocess beside data groups.
+            let trainer_off = raw.pipeline.trainer_threads == Some(0);
+            source_channel(ctx, channel, groups, channels, trainer_off);
             Some(match &raw.pipeline.source {
                 RawSource::ImageFolder { .. } => Source::ImageFolder {
                     channel: channel.clone(),
@@ -186,8 +188,15 @@ fn source(
     }
 }
 
-/// The source's channel must exist and reach every group that runs the pipeline.
-fn source_channel(ctx: &mut Ctx<'_>, name: &str, groups: &[Group], channels: &[Channel]) {
+/// The source's channel must exist, reach every group that runs the pipeline, and hold the
+/// whole data set on each host that runs it.
+fn source_channel(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    groups: &[Group],
+    channels: &[Channel],
+    trainer_off: bool,
+) {
     let at = path!["pipeline", "source", "channel"];
     let Some(index) = channels.iter().position(|c| c.name == name) else {
         let names: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
@@ -208,6 +217,9 @@ fn source_channel(ctx: &mut Ctx<'_>, name: &str, groups: &[Group], channels: &[C
         return;
     };
     let channel = &channels[index];
+    if channel.distribution == S3Distribution::ShardedByS3Key {
+        sharded_source(ctx, index, channel, groups, trainer_off);
+    }
     if channel.instance_groups.is_empty() {
         return; // Without instance_groups SageMaker gives every channel to every host.
     }
@@ -226,6 +238,57 @@ fn source_channel(ctx: &mut Ctx<'_>, name: &str, groups: &[Group], channels: &[C
                 format!("add `\"{}\"` to this channel's `instance_groups`", g.name),
             );
         }
+    }
+}
+
+/// `ShardedByS3Key` gives each receiving host a different part of the objects, but the data
+/// service may give any shard of an epoch to any host that runs the pipeline (and a trainer's
+/// ranks split the same epoch plan), so every such host needs the whole data set: sharding the
+/// source is only sound when a single host runs the pipeline.
+fn sharded_source(
+    ctx: &mut Ctx<'_>,
+    index: usize,
+    channel: &Channel,
+    groups: &[Group],
+    trainer_off: bool,
+) {
+    let has_data = groups.iter().any(|g| g.role == Role::Data);
+    let reached = |role: Role| -> u32 {
+        groups
+            .iter()
+            .filter(|g| g.role == role)
+            .filter(|g| {
+                channel.instance_groups.is_empty() || channel.instance_groups.contains(&g.name)
+            })
+            .map(|g| g.count)
+            .sum()
+    };
+    let data_hosts = reached(Role::Data);
+    // Beside data groups the trainer's host preprocesses too (hybrid input) unless told not to.
+    let trainer_hosts = if has_data && trainer_off {
+        0
+    } else {
+        reached(Role::Trainer)
+    };
+    let hosts = data_hosts + trainer_hosts;
+    if hosts > 1 {
+        let mut help = "use `distribution = \"FullyReplicated\"`: any host that runs the \
+                        pipeline may be given any shard of an epoch, so each needs the whole \
+                        data set"
+            .to_owned();
+        if has_data && trainer_hosts > 0 && data_hosts <= 1 {
+            help += ", or keep the trainer's own pipeline off it with `trainer_threads = 0`";
+        }
+        ctx.error(
+            "hetgen::spec::sharded-source",
+            &path!["channel", index, "distribution"],
+            format!(
+                "the pipeline reads channel `{}`, which is ShardedByS3Key, on {hosts} hosts",
+                channel.name
+            ),
+            "each host would hold a different part",
+            help,
+        );
     }
 }
 
