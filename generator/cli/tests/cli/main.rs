@@ -267,12 +267,12 @@ fn plan_and_compare_report_as_json() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["gpus"], 8);
-    // The example's channel reaches the data group alone, so the trainer host has nothing to
-    // preprocess (no hybrid input): 144 of the 160 vCPUs needed, as the runtime would run it.
+    // The example's channel reaches every host, so the p4d's 96 vCPUs less its default reserve
+    // (one per GPU plus one) preprocess beside the data hosts' 144, as the runtime runs it.
     assert_eq!(plan["sides"][0]["side"], "trainer");
-    assert_eq!(plan["sides"][0]["vcpus"], 0);
+    assert_eq!(plan["sides"][0]["vcpus"], 87);
     assert_eq!(plan["sides"][1]["vcpus"], 144);
-    assert_eq!(plan["demand"]["gpu_cap"], 0.9);
+    assert_eq!(plan["demand"]["gpu_cap"], 1.0);
 
     let human = hetgen(
         &["plan", "examples/resnet50-p4d.toml", "--cpu-per-gpu", "20"],
@@ -280,7 +280,7 @@ fn plan_and_compare_report_as_json() {
     );
     let table = String::from_utf8(human.stdout).unwrap();
     assert!(
-        table.contains("predicted GPU utilisation cap: 90%") && table.contains("trainer (hybrid)"),
+        table.contains("predicted GPU utilisation cap: 100%") && table.contains("trainer (hybrid)"),
         "{table}"
     );
 
