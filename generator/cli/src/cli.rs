@@ -195,7 +195,7 @@ pub struct LocalArgs {
     /// Build the launcher with optimizations (slower build, faster pipeline)
     #[arg(long, requires = "local")]
     pub release: bool,
-    /// Seed for the host-name shuffle and addresses (default: fresh per run)
+    /// Seed for the host-name shuffle (default: fresh per run)
     #[arg(long, value_name = "N", requires = "local",
           value_parser = value::whole::<u64>(0, u64::MAX))]
     pub seed: Option<u64>,

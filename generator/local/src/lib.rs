@@ -74,7 +74,8 @@ pub struct RunOptions {
     pub cpus: CpuPolicy,
     /// Max runtime and grace period.
     pub limits: Limits,
-    /// Seeds the host shuffle and address choice; `None` for a fresh one per run.
+    /// Seeds the host shuffle; `None` for a fresh one per run. The loopback block is always
+    /// fresh, so that runs at the same time never share addresses, seeded or not.
     pub seed: Option<u64>,
 }
 
@@ -139,7 +140,10 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .unwrap_or(DEFAULT_DATA_PORT);
 
     let total: usize = job.groups.iter().map(|g| g.count as usize).sum();
-    let base = free_block(&mut rng, total, port);
+    // Not from the seeded generator: two runs with one seed at once (parallel tests, a
+    // repeated `--seed`) would pick the same block, and one's trainer could reach the other's
+    // data servers.
+    let base = free_block(&mut fastrand::Rng::new(), total, port);
     let cluster = Cluster::assign(job, &mut rng, base)?;
     let channels = layout::local_channels(job, &options.spec_dir)?;
     let job_dir = absolute(&options.job_dir);

@@ -213,7 +213,7 @@ fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
     let dir = tempfile::tempdir().unwrap();
     let audit = dir.path().join("audit.txt");
     let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
-    let hybrid = run_completed(&prepare_with_env(&job, dir.path(), 11, env));
+    let hybrid = run_completed(&prepare_with_env(&job, dir.path(), 1, env));
     let mut seen = std::collections::BTreeSet::new();
     for line in std::fs::read_to_string(&audit).unwrap().lines() {
         let (epoch, id) = line.split_once(' ').unwrap();
@@ -241,7 +241,7 @@ fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
     let remote_dir = tempfile::tempdir().unwrap();
     let remote_job =
         self::job(&SYNTHETIC.replace("shard_size = 48", "shard_size = 48\ntrainer_threads = 0"));
-    let remote = run_completed(&prepare(&remote_job, remote_dir.path(), 12));
+    let remote = run_completed(&prepare(&remote_job, remote_dir.path(), 2));
     let remote_summary = remote.summary.clone().unwrap();
     assert_eq!(remote_summary.local_threads, 0);
     assert!(

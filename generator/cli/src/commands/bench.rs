@@ -173,9 +173,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
                 max_runtime: hetgen_local::spec_max_runtime(job),
                 grace: Duration::from_secs(10),
             },
-            // Unseeded: a fixed seed gave every bench the same loopback block, so two at once
-            // (parallel tests, two terminals) could reach each other's data servers.
-            seed: None,
+            seed: Some(1),
         };
         let mut local = hetgen_local::prepare(job, options)?;
         for command in &mut local.commands {

@@ -167,24 +167,30 @@ fn every_host_has_its_own_loopback_address_in_the_hosts_file() {
 
 #[test]
 fn parallel_runs_get_different_address_blocks() {
-    // Without a seed every run picks its own block, so their data servers do not collide.
-    let runs: Vec<(tempfile::TempDir, LocalJob)> = (0..4)
-        .map(|_| {
-            let dir = tempfile::tempdir().unwrap();
-            let mut opts = options(dir.path(), &no_launcher(dir.path()));
-            opts.seed = None;
-            let local = prepare(&job(TINY), opts);
-            (dir, local)
-        })
-        .collect();
-    let blocks: BTreeSet<[u8; 3]> = runs
-        .iter()
-        .map(|(_, l)| {
-            let [a, b, c, _] = l.layout.cluster.hosts[0].address.octets();
-            [a, b, c]
-        })
-        .collect();
-    assert!(blocks.len() > 1, "four unseeded runs shared {blocks:?}");
+    // Every run picks its own block, seeded or not (the seed orders hosts only), so their data
+    // servers do not collide.
+    for seed in [None, Some(7)] {
+        let runs: Vec<(tempfile::TempDir, LocalJob)> = (0..4)
+            .map(|_| {
+                let dir = tempfile::tempdir().unwrap();
+                let mut opts = options(dir.path(), &no_launcher(dir.path()));
+                opts.seed = seed;
+                let local = prepare(&job(TINY), opts);
+                (dir, local)
+            })
+            .collect();
+        let blocks: BTreeSet<[u8; 3]> = runs
+            .iter()
+            .map(|(_, l)| {
+                let [a, b, c, _] = l.layout.cluster.hosts[0].address.octets();
+                [a, b, c]
+            })
+            .collect();
+        assert!(
+            blocks.len() > 1,
+            "four runs with seed {seed:?} shared {blocks:?}"
+        );
+    }
 }
 
 #[test]

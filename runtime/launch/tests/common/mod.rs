@@ -47,9 +47,6 @@ pub fn write_digits(root: &Path) {
 }
 
 /// Lay the job out under `dir` with `job.json`, ready to run with this crate's launcher.
-///
-/// `seed` also picks the run's loopback block: tests that run at the same time need different
-/// seeds, or their data servers could share addresses.
 pub fn prepare(job: &Job, dir: &Path, seed: u64) -> LocalJob {
     prepare_with_env(job, dir, seed, vec![])
 }
