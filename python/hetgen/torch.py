@@ -58,19 +58,16 @@ def to_device(
     x = images.permute(0, 3, 1, 2).float().div_(255.0)
     channels = x.shape[1]
     for mean, std in normalization:
-        x = x.sub_(_constant(torch, mean, channels, x)).div_(_constant(torch, std, channels, x))
+        x = x.sub_(_constant(tuple(mean), channels, x.dtype, x.device))
+        x = x.div_(_constant(tuple(std), channels, x.dtype, x.device))
     return x, labels
 
 
-def _constant(torch, values: Sequence[float], channels: int, like):
-    """``[1, c, 1, 1]`` on ``like``'s device; one value stands for every channel. Made once per
-    (values, channels, dtype, device): a fresh one per batch would be a small synchronous
-    host-to-device copy on every step."""
-    return _device_constant(tuple(values), channels, like.dtype, like.device)
-
-
 @functools.lru_cache(maxsize=64)
-def _device_constant(values: tuple, channels: int, dtype, device):
+def _constant(values: tuple, channels: int, dtype, device):
+    """``[1, c, 1, 1]`` of ``dtype`` on ``device``; one value stands for every channel. Made
+    once per argument set: a fresh one per batch would be a small synchronous host-to-device
+    copy on every step."""
     torch = _torch()
     values = list(values)
     if len(values) == 1:

@@ -653,28 +653,26 @@ impl DataService for Service {
         check_trainer_id(&request.trainer_id)?;
         self.0.touch();
         let mut trainers = self.0.trainers.lock().expect("lock poisoned");
-        let mut missing = request.shards.first().copied();
-        if let Some(trainer) = trainers.get_mut(&request.trainer_id) {
-            missing = None;
-            for shard in &request.shards {
-                match trainer
-                    .unacked
-                    .iter()
-                    .position(|k| *k == (request.epoch, *shard))
-                {
-                    Some(i) => {
-                        trainer.unacked.remove(i);
+        // The first shard this server does not owe the trainer, if any.
+        let missing = match trainers.get_mut(&request.trainer_id) {
+            None => request.shards.first().copied(),
+            Some(trainer) => {
+                let missing = request.shards.iter().copied().find(|shard| {
+                    let key = (request.epoch, *shard);
+                    match trainer.unacked.iter().position(|k| *k == key) {
+                        Some(i) => {
+                            trainer.unacked.remove(i);
+                            false
+                        }
+                        None => true,
                     }
-                    None => {
-                        missing = Some(*shard);
-                        break;
-                    }
+                });
+                if trainer.idle() {
+                    trainers.remove(&request.trainer_id);
                 }
+                missing
             }
-            if trainer.idle() {
-                trainers.remove(&request.trainer_id);
-            }
-        }
+        };
         match missing {
             Some(shard) => Err(Status::not_found(format!(
                 "shard {shard} of epoch {} was never streamed to trainer `{}` by this server (or was acknowledged already, or forgotten)",
