@@ -3,20 +3,9 @@
 //! installs it (Debian: `libjpeg62-turbo-dev`); `make` runs that script.
 
 fn main() {
-    for file in [
-        "csrc/jpeg_region.c",
-        "csrc/jpeg_huffman.c",
-        "csrc/jpeg_huffman.h",
-    ] {
-        println!("cargo:rerun-if-changed={file}");
-    }
+    println!("cargo:rerun-if-changed=csrc/jpeg_region.c");
     let mut build = cc::Build::new();
-    build
-        .file("csrc/jpeg_region.c")
-        .file("csrc/jpeg_huffman.c")
-        .warnings(true)
-        // The Huffman decoder is the hot loop of every JPEG decode, debug builds included.
-        .opt_level(3);
+    build.file("csrc/jpeg_region.c").warnings(true);
     // pkg-config knows non-default prefixes; without it, libjpeg is on the default paths.
     match pkg_config::Config::new().probe("libjpeg") {
         Ok(library) => {
@@ -26,7 +15,7 @@ fn main() {
     }
     if let Err(e) = build.try_compile("hetgen_jpeg") {
         panic!(
-            "could not compile csrc/ against libjpeg-turbo ({e}).\n\
+            "could not compile csrc/jpeg_region.c against libjpeg-turbo ({e}).\n\
              hint: install libjpeg-turbo's headers and library: `scripts/system-deps.sh` \
              (Debian/Ubuntu: apt-get install libjpeg62-turbo-dev or libjpeg-turbo8-dev)"
         );

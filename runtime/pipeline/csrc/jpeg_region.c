@@ -20,8 +20,6 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "jpeg_huffman.h"
-
 /*
  * `jump` and `message` belong to the call in progress (hetgen_jpeg_open or hetgen_jpeg_decode):
  * `armed` says one is, and each clears it before returning, so the jump target is never a frame
@@ -128,15 +126,13 @@ uint32_t hetgen_jpeg_scaled(uint32_t size, uint32_t num) {
  * `*out_cols * channels` bytes, tightly packed). libjpeg widens the column range to whole
  * blocks: `*out_left` and `*out_cols` say which columns were written. `out_len` must hold
  * `rows * scaled width * channels`. `channels` is 1 (luma) or 3 (RGB); CMYK files are turned
- * into RGB here, since libjpeg does not convert them itself. The entropy-coded data is read by
- * jpeg_huffman.c's decoder where it covers the file, unless `libjpeg_entropy` asks for libjpeg's
- * own (the tests compare the two). Returns 0, or -1 with `message`.
+ * into RGB here, since libjpeg does not convert them itself. Returns 0, or -1 with `message`.
  * A decoder decodes once; close it after, whatever this returned.
  */
 static int decode_region(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t scale_num,
-                         int libjpeg_entropy, uint32_t top, uint32_t rows, uint32_t left,
-                         uint32_t cols, uint8_t *out, size_t out_len, uint32_t *out_left,
-                         uint32_t *out_cols, char *message, size_t message_len) {
+                         uint32_t top, uint32_t rows, uint32_t left, uint32_t cols, uint8_t *out,
+                         size_t out_len, uint32_t *out_left, uint32_t *out_cols, char *message,
+                         size_t message_len) {
     struct jpeg_decompress_struct *const cinfo = &jpeg->cinfo;
     /* `volatile`: read after a longjmp back into this frame. */
     JSAMPLE *volatile cmyk = NULL;
@@ -154,9 +150,6 @@ static int decode_region(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t s
     cinfo->scale_num = scale_num;
     cinfo->scale_denom = 8;
     jpeg_start_decompress(cinfo);
-    if (!libjpeg_entropy) {
-        hetgen_huffman_install(cinfo);
-    }
     if (rows == 0 || cols == 0 || top + rows > cinfo->output_height ||
         left + cols > cinfo->output_width) {
         snprintf(message, message_len,
@@ -233,11 +226,11 @@ static int decode_region(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t s
 
 /* decode_region, with the error handler disarmed however it returned. */
 int hetgen_jpeg_decode(struct hetgen_jpeg *jpeg, uint32_t channels, uint32_t scale_num,
-                       int libjpeg_entropy, uint32_t top, uint32_t rows, uint32_t left,
-                       uint32_t cols, uint8_t *out, size_t out_len, uint32_t *out_left,
-                       uint32_t *out_cols, char *message, size_t message_len) {
-    int result = decode_region(jpeg, channels, scale_num, libjpeg_entropy, top, rows, left, cols,
-                               out, out_len, out_left, out_cols, message, message_len);
+                       uint32_t top, uint32_t rows, uint32_t left, uint32_t cols, uint8_t *out,
+                       size_t out_len, uint32_t *out_left, uint32_t *out_cols, char *message,
+                       size_t message_len) {
+    int result = decode_region(jpeg, channels, scale_num, top, rows, left, cols, out, out_len,
+                               out_left, out_cols, message, message_len);
     disarm(&jpeg->err);
     return result;
 }

@@ -189,24 +189,6 @@ fn rate<T>(inputs: &[T], budget: Duration, mut f: impl FnMut(&T, &mut SampleRng)
     n as f64 / start.elapsed().as_secs_f64()
 }
 
-/// The fixtures' last row: libjpeg entropy-decodes everything above it and reconstructs one row.
-const LAST_ROW: codec::jpeg::Window = codec::jpeg::Window {
-    scale: 8,
-    top: 374,
-    left: 0,
-    height: 1,
-    width: 500,
-};
-
-/// The fixtures' whole image.
-const WHOLE: codec::jpeg::Window = codec::jpeg::Window {
-    scale: 8,
-    top: 0,
-    left: 0,
-    height: 375,
-    width: 500,
-};
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let dir = args
@@ -236,41 +218,6 @@ fn main() {
                 codec::decode_resized(b, 3, choose, [224, 224]).unwrap();
             });
             println!("hetgen-fused-rate {rate:.1}");
-            return;
-        }
-        // `entropy`: hetgen's Huffman decoder against libjpeg's, alternating, on the last row
-        // (entropy decoding nearly alone) and the whole image.
-        Some("entropy") => {
-            for round in 1..=5 {
-                for (name, window) in [("last row", LAST_ROW), ("whole image", WHOLE)] {
-                    let ours = rate(&files, budget, |b, _| {
-                        let decoder = codec::jpeg::Decoder::open(b).unwrap();
-                        decoder.decode_window(3, window).unwrap();
-                    });
-                    let libjpeg = rate(&files, budget, |b, _| {
-                        let decoder = codec::jpeg::Decoder::open(b).unwrap();
-                        decoder
-                            .with_libjpeg_entropy()
-                            .decode_window(3, window)
-                            .unwrap();
-                    });
-                    println!(
-                        "round {round} {name}: hetgen {ours:.1}, libjpeg {libjpeg:.1}, ratio {:.2}",
-                        ours / libjpeg
-                    );
-                }
-                let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
-                let [ours, libjpeg] = [false, true].map(|libjpeg| {
-                    rate(&files, budget, |b, rng| {
-                        let choose = |h, w| ops::random_resized_crop_rect(h, w, scale, ratio, rng);
-                        codec::decode_resized_with(b, 3, choose, [224, 224], libjpeg).unwrap();
-                    })
-                });
-                println!(
-                    "round {round} decode + random_resized_crop 224: hetgen {ours:.1}, libjpeg {libjpeg:.1}, ratio {:.2}",
-                    ours / libjpeg
-                );
-            }
             return;
         }
         // `profile`: what `hetgen profile --threads 1` reports, for the same rounds.
@@ -318,10 +265,17 @@ fn main() {
     }
     // Only the last row: libjpeg entropy-decodes everything above it and reconstructs one row,
     // the floor for any crop that reaches the bottom.
+    let last_row = codec::jpeg::Window {
+        scale: 8,
+        top: 374,
+        left: 0,
+        height: 1,
+        width: 500,
+    };
     rows.push((
         "entropy decode only (the last row)".to_owned(),
         rate(&files, budget, |b, _| {
-            codec::jpeg::decode_window(b, 3, LAST_ROW).unwrap();
+            codec::jpeg::decode_window(b, 3, last_row).unwrap();
         }),
     ));
     rows.push((

@@ -53,27 +53,12 @@ pub fn decode_resized(
     choose: impl FnOnce(u32, u32) -> Rect,
     size: [u32; 2],
 ) -> Result<Image, String> {
-    decode_resized_with(bytes, channels, choose, size, false)
-}
-
-/// [`decode_resized`], with libjpeg's own Huffman decoder if `libjpeg_entropy` (benchmarks
-/// compare the two).
-pub fn decode_resized_with(
-    bytes: &[u8],
-    channels: u32,
-    choose: impl FnOnce(u32, u32) -> Rect,
-    size: [u32; 2],
-    libjpeg_entropy: bool,
-) -> Result<Image, String> {
     if sniff(bytes) != Some(Format::Jpeg) {
         let image = decode(bytes, channels)?;
         let rect = choose(image.height, image.width);
         return ops::resize_region(&image, rect, size[0], size[1]);
     }
-    let mut decoder = jpeg::Decoder::open(bytes)?;
-    if libjpeg_entropy {
-        decoder = decoder.with_libjpeg_entropy();
-    }
+    let decoder = jpeg::Decoder::open(bytes)?;
     let (width, height) = decoder.dimensions();
     let rect = choose(height, width);
     let fits = |n: u32| {
@@ -300,66 +285,6 @@ mod tests {
                     "window {window:?}"
                 );
             }
-        }
-    }
-
-    #[test]
-    fn hetgens_huffman_decoder_makes_libjpegs_pixels() {
-        let sampled = |image: &Image, factor| {
-            let mut out = Vec::new();
-            let mut encoder = jpeg_encoder::Encoder::new(&mut out, 90);
-            encoder.set_sampling_factor(factor);
-            let color = if image.channels == 1 {
-                jpeg_encoder::ColorType::Luma
-            } else {
-                jpeg_encoder::ColorType::Rgb
-            };
-            encoder
-                .encode(&image.data, image.width as u16, image.height as u16, color)
-                .unwrap();
-            out
-        };
-        let files = [
-            sampled(&photo(75, 101, 3), jpeg_encoder::SamplingFactor::R_4_2_0),
-            sampled(&photo(64, 48, 3), jpeg_encoder::SamplingFactor::R_4_4_4),
-            sampled(&photo(33, 90, 3), jpeg_encoder::SamplingFactor::R_4_2_2),
-            sampled(&photo(41, 29, 1), jpeg_encoder::SamplingFactor::R_4_4_4),
-        ];
-        for bytes in &files {
-            let (w, h) = jpeg::dimensions(bytes).unwrap();
-            for channels in [3, 1] {
-                for scale in 1..=8 {
-                    let (sw, sh) = (jpeg::scaled(w, scale), jpeg::scaled(h, scale));
-                    for (top, left, height, width) in [
-                        (0, 0, sh, sw),
-                        (sh / 3, sw / 4, sh - sh / 3, sw / 2),
-                        (sh - 1, 0, 1, sw),
-                    ] {
-                        let window = jpeg::Window {
-                            scale,
-                            top,
-                            left,
-                            height,
-                            width,
-                        };
-                        let ours = jpeg::Decoder::open(bytes)
-                            .unwrap()
-                            .decode_window(channels, window)
-                            .unwrap();
-                        let theirs = jpeg::Decoder::open(bytes)
-                            .unwrap()
-                            .with_libjpeg_entropy()
-                            .decode_window(channels, window)
-                            .unwrap();
-                        assert_eq!(ours, theirs, "{w}×{h} {window:?} to {channels} channels");
-                    }
-                }
-            }
-            // Cut short, both fail.
-            let cut = &bytes[..bytes.len() * 2 / 3];
-            assert!(jpeg::Decoder::open(cut).unwrap().decode(3).is_err());
-            let theirs = jpeg::Decoder::open(cut).unwrap().with_libjpeg_entropy();
-            assert!(theirs.decode(3).is_err());
         }
     }
 

@@ -31,7 +31,6 @@ unsafe extern "C" {
         jpeg: *mut RawDecoder,
         channels: u32,
         scale_num: u32,
-        libjpeg_entropy: i32,
         top: u32,
         rows: u32,
         left: u32,
@@ -58,7 +57,6 @@ pub struct Decoder<'a> {
     raw: NonNull<RawDecoder>,
     width: u32,
     height: u32,
-    libjpeg_entropy: bool,
     /// libjpeg reads the file in place until the decoder is closed.
     _bytes: PhantomData<&'a [u8]>,
 }
@@ -85,7 +83,6 @@ impl<'a> Decoder<'a> {
             raw,
             width,
             height,
-            libjpeg_entropy: false,
             _bytes: PhantomData,
         };
         if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
@@ -94,14 +91,6 @@ impl<'a> Decoder<'a> {
             ));
         }
         Ok(decoder)
-    }
-
-    /// Read the entropy-coded data with libjpeg's own Huffman decoder instead of hetgen's
-    /// faster one (`csrc/jpeg_huffman.c`). Both make the same pixels; tests and benchmarks
-    /// compare them.
-    pub fn with_libjpeg_entropy(mut self) -> Self {
-        self.libjpeg_entropy = true;
-        self
     }
 
     /// `(width, height)` at full size.
@@ -144,7 +133,6 @@ impl<'a> Decoder<'a> {
                 self.raw.as_ptr(),
                 channels,
                 window.scale,
-                i32::from(self.libjpeg_entropy),
                 window.top,
                 window.height,
                 window.left,
