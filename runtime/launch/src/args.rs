@@ -9,7 +9,8 @@ use hetgen_spec::model::Device;
 pub(crate) const USAGE: &str = "\
 usage: launcher train [--input local|remote] [--device auto|cuda|cpu] [--input-only] [--job FILE]
 
-Runs this instance's role of the hetgen job (SageMaker runs `IMAGE train`).
+Runs this instance's role of the hetgen job (SageMaker runs `IMAGE train`). The trainer
+flags steer the built-in trainer; a script-mode trainer refuses them.
   --input local|remote   trainer: preprocess on its own cores, or stream from the data hosts
                          (default: remote when the job has data groups)
   --device auto|cuda|cpu trainer: override the spec's device
@@ -78,6 +79,18 @@ impl Args {
         }
         Ok(Some(parsed))
     }
+
+    /// The flags given that steer the built-in trainer, as typed.
+    pub fn builtin_trainer_flags(&self) -> Vec<&'static str> {
+        [
+            (self.input.is_some(), "--input"),
+            (self.device.is_some(), "--device"),
+            (self.input_only, "--input-only"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +132,17 @@ mod tests {
             parse(&["train", "--input"])
                 .unwrap_err()
                 .contains("needs a value")
+        );
+    }
+
+    #[test]
+    fn the_built_in_trainers_flags_are_named_as_typed() {
+        let flags = |a: &[&str]| parse(a).unwrap().unwrap().builtin_trainer_flags();
+        assert!(flags(&["train", "--job", "j.json"]).is_empty());
+        assert_eq!(flags(&["train", "--input-only"]), ["--input-only"]);
+        assert_eq!(
+            flags(&["train", "--device", "cpu", "--input", "remote"]),
+            ["--input", "--device"]
         );
     }
 }

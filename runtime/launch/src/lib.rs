@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 pub use args::{Args, InputChoice};
 pub use hetgen_pipeline::{BoxError, Image, Params, SampleRng, Stage, StageRegistry};
-use hetgen_spec::model::{BuiltinTrainer, Job, Role, Trainer};
+use hetgen_spec::model::{BuiltinTrainer, Job, Role, ScriptTrainer, Trainer};
 
 /// Run the role of this instance; the launcher's `main` returns this.
 pub fn launch(stages: StageRegistry) -> ExitCode {
@@ -85,10 +85,29 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
             Ok(format!("data server stopped: {reason}"))
         }
         Role::Trainer => match &job.trainer {
-            Trainer::Script(script) => script::run(job, script, env),
+            Trainer::Script(script) => {
+                refuse_builtin_trainer_flags(args, script)?;
+                script::run(job, script, env)
+            }
             Trainer::Builtin(trainer) => builtin(job, trainer, env, stages, args),
         },
     }
+}
+
+/// A script chooses its own input and device, so the built-in trainer's flags would be
+/// silently ignored in script mode: refuse them instead.
+fn refuse_builtin_trainer_flags(args: &Args, script: &ScriptTrainer) -> Result<(), String> {
+    let flags = args.builtin_trainer_flags();
+    if flags.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} steer the built-in trainer, but this job's trainer runs the script `{}` under \
+         torchrun, which chooses its own input (`hetgen.Loader(mode=...)`) and device; \
+         run `train` without them",
+        flags.join(", "),
+        script.script
+    ))
 }
 
 #[cfg(feature = "builtin-trainer")]
@@ -131,4 +150,36 @@ pub fn role_of(job: &Job, group: &str) -> Option<Role> {
     }
     (group == hetgen_spec::model::HOMOGENEOUS_GROUP && job.groups.len() == 1)
         .then(|| job.groups[0].role)
+}
+
+#[cfg(test)]
+mod tests {
+    use hetgen_spec::model::Device;
+
+    use super::*;
+
+    #[test]
+    fn script_mode_refuses_the_built_in_trainers_flags() {
+        let script = ScriptTrainer {
+            script: "train.py".to_owned(),
+            source_dir: ".".to_owned(),
+            args: vec![],
+            requirements: None,
+            processes_per_host: 1,
+            base_image: "pytorch".to_owned(),
+            deterministic: false,
+        };
+        assert!(refuse_builtin_trainer_flags(&Args::default(), &script).is_ok());
+        let args = Args {
+            device: Some(Device::Cpu),
+            input_only: true,
+            ..Args::default()
+        };
+        let err = refuse_builtin_trainer_flags(&args, &script).unwrap_err();
+        assert!(
+            err.starts_with("--device, --input-only steer the built-in trainer")
+                && err.contains("`train.py`"),
+            "{err}"
+        );
+    }
 }
