@@ -41,10 +41,18 @@ def to_device(
     normalization: Normalization = (),
     *,
     pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(images, labels)`` on ``device``: images ``float32`` ``[n, c, h, w]`` scaled to
     ``[0, 1]`` and normalised by each ``(mean, std)`` of ``normalization`` (pass
     ``loader.normalization``), labels ``int64`` ``[n]``.
+
+    The images are contiguous (``torch.contiguous_format``), as a model's parameters are: a
+    batch left in its NHWC strides would make convolutions return gradients in another layout
+    than DistributedDataParallel's buckets, which it warns about and pays for with a copy on
+    every step. Pass ``memory_format=torch.channels_last`` for a model converted with
+    ``model.to(memory_format=torch.channels_last)``; the batch already has that layout, so the
+    conversion only changes the type.
 
     ``pin_memory`` defaults to whether ``device`` is a CUDA device: then the copy is
     asynchronous (``non_blocking``) from page-locked memory."""
@@ -52,10 +60,13 @@ def to_device(
     device = torch.device(device)
     if pin_memory is None:
         pin_memory = device.type == "cuda"
+    if memory_format is None:
+        memory_format = torch.contiguous_format
     images, labels = to_tensors(batch, pin_memory=pin_memory)
     images = images.to(device, non_blocking=pin_memory)
     labels = labels.to(device, non_blocking=pin_memory)
-    x = images.permute(0, 3, 1, 2).float().div_(255.0)
+    # One kernel converts the type and lays out the planes.
+    x = images.permute(0, 3, 1, 2).to(torch.float32, memory_format=memory_format).div_(255.0)
     channels = x.shape[1]
     for mean, std in normalization:
         x = x.sub_(_constant(tuple(mean), channels, x.dtype, x.device))

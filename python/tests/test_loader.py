@@ -163,9 +163,15 @@ def test_batches_reach_numpy_and_torch_without_a_copy(cluster_factory, monkeypat
             assert tensor.data_ptr() == images.ctypes.data
             x, y = hetgen.torch.to_device(batch, "cpu", loader.normalization)
             assert x.shape == (32, 1, 8, 8) and x.dtype == torch.float32
+            # Laid out as a model's parameters are, not in the batch's NHWC strides.
+            assert x.is_contiguous()
             expected = (images.astype(np.float32).transpose(0, 3, 1, 2) / 255 - 0.5) / 0.5
             assert np.allclose(x.numpy(), expected)
             assert torch.equal(y, torch.from_numpy(labels))
+            nhwc, _ = hetgen.torch.to_device(
+                batch, "cpu", loader.normalization, memory_format=torch.channels_last)
+            assert nhwc.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(nhwc, x)
 
 
 def test_epochs_lengths_and_state_follow_the_dataloader_idioms(digits, tmp_path):

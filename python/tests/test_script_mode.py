@@ -61,8 +61,11 @@ def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(t
     run = hetgen(
         "deploy", "--local", "--env", f"HETGEN_AUDIT_FILE={audit_file}", cwd=root, timeout=400
     )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "Completed" in run.stdout + run.stderr
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    assert "Completed" in output
+    # Batches reach DDP in the parameters' layout: no gradient copied into its buckets.
+    assert "Grad strides do not match" not in output
     # Rank 0's host wrote it; the job folder's `model` link points at the same file.
     (metrics,) = {p.resolve() for p in root.glob("build/**/model/metrics.json")}
     report = json.loads(metrics.read_text())
