@@ -362,8 +362,16 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
             path: path.to_owned(),
             line: e.line(),
             column: e.column(),
-            message: e.to_string(),
+            message: json_error_message(&e),
         })
+}
+
+/// What serde_json says is wrong, without the " at line L column C" it appends: callers that
+/// name the position themselves would otherwise say it twice.
+pub fn json_error_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&position).unwrap_or(&text).to_owned()
 }
 
 /// Write `reason` where SageMaker looks for a failure reason, best effort: the caller is

@@ -93,6 +93,10 @@ fn errors_name_the_file_and_position() {
     let err = Env::load_from(bad.path(), |_| None).unwrap_err();
     assert!(matches!(err, EnvError::Malformed { line: 2, .. }), "{err}");
     assert!(err.to_string().contains("resourceconfig.json:2:"), "{err}");
+    assert!(
+        !err.to_string().contains(" at line "),
+        "position said twice: {err}"
+    );
 
     let stranger = tree(&[(
         "input/config/resourceconfig.json",

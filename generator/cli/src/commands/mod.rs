@@ -171,7 +171,12 @@ pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
         .map_err(|e| bad(e.to_string(), "write one with `hetgen profile`"))?;
     let profile: Profile = serde_json::from_str(&text).map_err(|e| {
         bad(
-            format!("line {}, column {}: {e}", e.line(), e.column()),
+            format!(
+                "line {}, column {}: {}",
+                e.line(),
+                e.column(),
+                hetgen_env::json_error_message(&e)
+            ),
             "write it again with `hetgen profile`",
         )
     })?;

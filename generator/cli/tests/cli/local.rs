@@ -267,6 +267,19 @@ fn profile_writes_what_plan_reads() {
         "{}",
         stderr(&refused)
     );
+
+    // Not a profile: where and why, once.
+    std::fs::write(dir.join("r.json"), "{\"x\": 1}").unwrap();
+    let malformed = hetgen(
+        &["plan", mnist.to_str().unwrap(), "--profile", "r.json"],
+        &dir,
+    );
+    assert_ne!(code(&malformed), 0);
+    let err = stderr(&malformed);
+    assert!(
+        err.contains("line 1, column 8: missing field `spec`") && !err.contains(" at line "),
+        "{err}"
+    );
 }
 
 /// `hetgen bench --steps 12` on the tiny project with `flags`: its output and results folder.
