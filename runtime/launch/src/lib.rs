@@ -101,8 +101,9 @@ fn refuse_builtin_trainer_flags(args: &Args, script: &ScriptTrainer) -> Result<(
     if flags.is_empty() {
         return Ok(());
     }
+    let verb = if flags.len() == 1 { "steers" } else { "steer" };
     Err(format!(
-        "{} steer the built-in trainer, but this job's trainer runs the script `{}` under \
+        "{} {verb} the built-in trainer, but this job's trainer runs the script `{}` under \
          torchrun, which chooses its own input (`hetgen.Loader(mode=...)`) and device; \
          run `train` without them",
         flags.join(", "),
@@ -179,6 +180,15 @@ mod tests {
         assert!(
             err.starts_with("--device, --input-only steer the built-in trainer")
                 && err.contains("`train.py`"),
+            "{err}"
+        );
+        let args = Args {
+            input_only: true,
+            ..Args::default()
+        };
+        let err = refuse_builtin_trainer_flags(&args, &script).unwrap_err();
+        assert!(
+            err.starts_with("--input-only steers the built-in trainer"),
             "{err}"
         );
     }
