@@ -256,16 +256,12 @@ fn save_model(dir: &Path, info: &ModelInfo, replicas: &Replicas) -> Result<(), T
     info.write(dir)
 }
 
-/// Writes [`SUMMARY_FILE`] into `dir` and prints the summary line.
+/// Writes [`SUMMARY_FILE`] into `dir` (as [`Summary::write`] does for the launcher) and prints
+/// the summary line.
 pub(crate) fn write_summary(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
-    let path = dir.join(SUMMARY_FILE);
-    let json = serde_json::to_string(summary).map_err(|e| TrainError::Io {
-        what: "serialize",
-        path: path.clone(),
-        source: std::io::Error::other(e),
-    })?;
-    std::fs::create_dir_all(dir).map_err(TrainError::io("create", dir))?;
-    std::fs::write(&path, format!("{json}\n")).map_err(TrainError::io("write", &path))?;
+    summary
+        .write(dir)
+        .map_err(TrainError::io("write", dir.join(SUMMARY_FILE)))?;
     emit(&summary.line());
     Ok(())
 }
