@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 pub use args::{Args, InputChoice};
 pub use hetgen_pipeline::{BoxError, Image, Params, SampleRng, Stage, StageRegistry};
-use hetgen_spec::model::{BuiltinTrainer, Job, Role, ScriptTrainer, Trainer};
+use hetgen_spec::model::{BuiltinTrainer, Job, Role, Trainer};
 
 /// Run the role of this instance; the launcher's `main` returns this.
 pub fn launch(stages: StageRegistry) -> ExitCode {
@@ -86,7 +86,7 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
         }
         Role::Trainer => match &job.trainer {
             Trainer::Script(script) => {
-                refuse_builtin_trainer_flags(args, script)?;
+                refuse_builtin_trainer_flags(args, &script.script)?;
                 script::run(job, script, env)
             }
             Trainer::Builtin(trainer) => builtin(job, trainer, env, stages, args),
@@ -96,18 +96,17 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
 
 /// A script chooses its own input and device, so the built-in trainer's flags would be
 /// silently ignored in script mode: refuse them instead.
-fn refuse_builtin_trainer_flags(args: &Args, script: &ScriptTrainer) -> Result<(), String> {
+fn refuse_builtin_trainer_flags(args: &Args, script: &str) -> Result<(), String> {
     let flags = args.builtin_trainer_flags();
     if flags.is_empty() {
         return Ok(());
     }
     let verb = if flags.len() == 1 { "steers" } else { "steer" };
     Err(format!(
-        "{} {verb} the built-in trainer, but this job's trainer runs the script `{}` under \
+        "{} {verb} the built-in trainer, but this job's trainer runs the script `{script}` under \
          torchrun, which chooses its own input (`hetgen.Loader(mode=...)`) and device; \
          run `train` without them",
         flags.join(", "),
-        script.script
     ))
 }
 
@@ -161,22 +160,14 @@ mod tests {
 
     #[test]
     fn script_mode_refuses_the_built_in_trainers_flags() {
-        let script = ScriptTrainer {
-            script: "train.py".to_owned(),
-            source_dir: ".".to_owned(),
-            args: vec![],
-            requirements: None,
-            processes_per_host: 1,
-            base_image: "pytorch".to_owned(),
-            deterministic: false,
-        };
-        assert!(refuse_builtin_trainer_flags(&Args::default(), &script).is_ok());
+        let script = "train.py";
+        assert!(refuse_builtin_trainer_flags(&Args::default(), script).is_ok());
         let args = Args {
             device: Some(Device::Cpu),
             input_only: true,
             ..Args::default()
         };
-        let err = refuse_builtin_trainer_flags(&args, &script).unwrap_err();
+        let err = refuse_builtin_trainer_flags(&args, script).unwrap_err();
         assert!(
             err.starts_with("--device, --input-only steer the built-in trainer")
                 && err.contains("`train.py`"),
@@ -186,7 +177,7 @@ mod tests {
             input_only: true,
             ..Args::default()
         };
-        let err = refuse_builtin_trainer_flags(&args, &script).unwrap_err();
+        let err = refuse_builtin_trainer_flags(&args, script).unwrap_err();
         assert!(
             err.starts_with("--input-only steers the built-in trainer"),
             "{err}"
