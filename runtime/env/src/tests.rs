@@ -131,3 +131,34 @@ fn hosts_sort_numerically() {
     hosts.sort_by_key(|h| host_order(h));
     assert_eq!(hosts, ["algo-1", "algo-2", "algo-10"]);
 }
+
+#[test]
+fn a_summary_reads_back_exactly() {
+    // serde_json's default float parser may miss the last bit (this value came back as
+    // 42985.18583232157): the workspace enables `float_roundtrip`, so what one process writes
+    // another reads bit for bit.
+    let summary = Summary {
+        steps: 32,
+        epochs_started: 2,
+        samples: 512,
+        mean_step_ms: 0.3722212592592592,
+        mean_wait_ms: 0.3722212592592592,
+        stall_fraction: 1.0,
+        samples_per_s: 42985.185832321564,
+        final_loss: 0.0,
+        device: "cpu".to_owned(),
+        model: "none (input only)".to_owned(),
+        replicas: 0,
+        resumed_from_step: None,
+        batches_by_source: Default::default(),
+        local_threads: 0,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    summary.write(dir.path()).unwrap();
+    let back = Summary::read(dir.path()).unwrap().unwrap();
+    assert_eq!(
+        back.samples_per_s.to_bits(),
+        summary.samples_per_s.to_bits()
+    );
+    assert_eq!(back, summary);
+}
