@@ -98,7 +98,9 @@ pub enum Failure {
     #[error("`{}` has no `[sagemaker]` section", spec.display())]
     #[diagnostic(
         code("hetgen::deploy::no-sagemaker"),
-        help("add `[sagemaker]` with `region`, `role_arn`, `image_uri` and `output_path`")
+        help(
+            "add `[sagemaker]` with `region`, `role_arn` and `output_path` (and `image_uri` for your own image)"
+        )
     )]
     NoSageMaker { spec: PathBuf },
     /// `--name` is not a job name.

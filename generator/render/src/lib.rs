@@ -23,6 +23,7 @@ mod write;
 
 use hetgen_env::JobFile;
 use hetgen_spec::Job;
+use hetgen_spec::model::ScriptTrainer;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -39,6 +40,29 @@ pub const SDK3_REQUIREMENT: &str = "sagemaker>=3.27,<4";
 /// The SageMaker Python SDK that `estimator_sdk2.py` is written for (2.x, `Estimator`); the test
 /// suite runs it with the release pinned in `requirements/sdk2.txt`.
 pub const SDK2_REQUIREMENT: &str = "sagemaker>=2.257,<3";
+
+/// The hetgen wheel's file name, exactly as the project's wheel build (`scripts/wheel.sh`,
+/// maturin with a manylinux repair) names it: the source bundle of a job on AWS's PyTorch image
+/// ships it under this name and its `requirements.txt` installs it by this name.
+pub fn wheel_file_name() -> String {
+    format!(
+        "hetgen-{}-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The script's own requirements file as the source bundle names it: where the spec's
+/// `requirements` is, except that a `requirements.txt` at the bundle's root is hetgen's (the
+/// toolkit installs only that one), so the user's goes in beside it as
+/// `user-requirements.txt`.
+pub fn bundle_requirements(script: &ScriptTrainer) -> Option<String> {
+    let path = script.requirements.as_deref()?;
+    Some(if path == "requirements.txt" {
+        "user-requirements.txt".to_owned()
+    } else {
+        path.to_owned()
+    })
+}
 
 /// The data service contract, owned by the runtime and copied into every rendered job.
 pub const DATA_PROTO: &str = include_str!("../../../runtime/proto/hetgen/data/v1/data.proto");

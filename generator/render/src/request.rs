@@ -27,19 +27,39 @@ fn distribution_hyperparameters(job: &Job) -> BTreeMap<String, String> {
     hps
 }
 
-/// The hyperparameters the job passes: the spec's, then the distribution strategy's.
+/// The hyperparameters the job passes: the spec's, then the distribution strategy's; on AWS's
+/// PyTorch image, the script-mode ones SDK 2.x's `PyTorch` estimator sets instead, every value
+/// JSON-encoded as the SDK encodes it (the toolkit decodes them).
 pub fn hyperparameters(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
     let mut hps = sm.hyperparameters.clone();
-    hps.extend(distribution_hyperparameters(job));
+    match &sm.framework {
+        Some(framework) => {
+            let json = |s: &str| serde_json::to_string(s).expect("strings serialize");
+            let [program, submit_directory, log_level, job_name, region] =
+                hetgen_spec::framework::HYPERPARAMETERS;
+            hps.insert(program.to_owned(), json(hetgen_spec::framework::PROGRAM));
+            hps.insert(
+                submit_directory.to_owned(),
+                json(&framework.submit_directory(&job.name)),
+            );
+            // logging.INFO, the SDK's default `container_log_level`.
+            hps.insert(log_level.to_owned(), "20".to_owned());
+            hps.insert(job_name.to_owned(), json(&job.name));
+            hps.insert(region.to_owned(), json(&sm.region));
+        }
+        None => hps.extend(distribution_hyperparameters(job)),
+    }
     hps
 }
 
-/// The Environment of the job: the spec's, plus, in script mode, `SAGEMAKER_PROGRAM` (the
-/// script in `/opt/ml/code`, SageMaker's name for a script-mode entry point) unless the spec
-/// sets it.
+/// The Environment of the job: the spec's, plus, for a script in the spec's own image,
+/// `SAGEMAKER_PROGRAM` (the script in `/opt/ml/code`, SageMaker's name for a script-mode entry
+/// point) unless the spec sets it. On AWS's image the toolkit reads `sagemaker_program`.
 pub fn environment(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
     let mut env = sm.environment.clone();
-    if let Some(script) = job.trainer.script() {
+    if let Some(script) = job.trainer.script()
+        && sm.framework.is_none()
+    {
         env.entry(hetgen_spec::model::PROGRAM_VAR.to_owned())
             .or_insert_with(|| script.script.clone());
     }
@@ -100,6 +120,13 @@ pub struct AlgorithmSpecification {
     /// SDKs send it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub metric_definitions: Vec<MetricDefinition>,
+    /// On AWS's PyTorch image, `true`: SDK 2.x's `PyTorch` estimator turns SageMaker Metrics'
+    /// time series on for every PyTorch release since 1.3, so the request says so too.
+    #[serde(
+        rename = "EnableSageMakerMetricsTimeSeries",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub enable_sagemaker_metrics_time_series: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -238,6 +265,7 @@ pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Crea
                     regex: m.regex.clone(),
                 })
                 .collect(),
+            enable_sagemaker_metrics_time_series: sm.framework.as_ref().map(|_| true),
         },
         hyper_parameters: hyperparameters(job, sm),
         input_data_config: job

@@ -16,6 +16,7 @@ pub mod catalog;
 mod check;
 pub mod diagnostic;
 pub mod duration;
+pub mod framework;
 pub mod model;
 pub mod raw;
 mod rules;

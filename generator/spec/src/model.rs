@@ -469,8 +469,11 @@ pub struct SageMaker {
     pub region: String,
     /// Execution role.
     pub role_arn: String,
-    /// Training image.
+    /// Training image: the spec's `image_uri`, or AWS's PyTorch image in framework mode.
     pub image_uri: String,
+    /// Framework mode: the job runs its script on AWS's PyTorch training image, uploaded as a
+    /// source bundle (`None`: the image is the spec's own).
+    pub framework: Option<Framework>,
     /// Model output prefix.
     pub output_path: String,
     /// Job-wide input mode.
@@ -495,6 +498,27 @@ pub struct SageMaker {
     pub checkpoint_uri: Option<String>,
     /// Metric definitions: hetgen's, then the user's.
     pub metrics: Vec<Metric>,
+}
+
+/// A script-mode job on AWS's prebuilt PyTorch training image (no `image_uri`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Framework {
+    /// PyTorch release of the image, e.g. `2.8.0`.
+    pub framework_version: String,
+    /// The image's Python, e.g. `py312`.
+    pub py_version: String,
+    /// `gpu` or `cpu`: the image every group runs.
+    pub processor: String,
+    /// `s3://bucket[/prefix]` (no trailing `/`) that the source bundle goes under.
+    pub code_location: String,
+}
+
+impl Framework {
+    /// Where the source bundle of job `name` goes, as the SageMaker Python SDK puts it:
+    /// `<code_location>/<name>/source/sourcedir.tar.gz`.
+    pub fn submit_directory(&self, name: &str) -> String {
+        format!("{}/{name}/source/sourcedir.tar.gz", self.code_location)
+    }
 }
 
 /// The metric definitions matching the trainer's per-step line ([`crate::step`]), e.g.

@@ -504,8 +504,21 @@ pub struct RawSageMaker {
     pub region: String,
     /// IAM role SageMaker assumes, `arn:aws:iam::<account>:role/<name>`.
     pub role_arn: String,
-    /// The training image (built from the rendered Dockerfile), at most 255 characters.
-    pub image_uri: String,
+    /// Your own training image (built from the rendered Dockerfile), at most 255 characters.
+    /// Required with the built-in trainer. A script-mode job without it runs on AWS's
+    /// prebuilt PyTorch training image for `framework_version` and `py_version`, with the
+    /// script uploaded as a source bundle: nothing to build.
+    pub image_uri: Option<String>,
+    /// Script mode without `image_uri`: the PyTorch release of AWS's training image, e.g.
+    /// `"2.8.0"` or `"2.8"`. Default `"2.8.0"`, the newest SageMaker Python SDK 2.x knows.
+    pub framework_version: Option<String>,
+    /// Script mode without `image_uri`: the image's Python, e.g. `"py312"`. Default: the
+    /// one `framework_version` is published with.
+    pub py_version: Option<String>,
+    /// Script mode without `image_uri`: the `s3://bucket/prefix` the source bundle is uploaded
+    /// under (as `<prefix>/<job name>/source/sourcedir.tar.gz`). Default: the bucket of
+    /// `output_path`, as the SageMaker Python SDK does.
+    pub code_location: Option<String>,
     /// `s3://` prefix for the model artifacts.
     pub output_path: String,
     /// `File` (default), `Pipe` or `FastFile`.

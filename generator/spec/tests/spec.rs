@@ -620,3 +620,110 @@ fn a_sharded_source_is_valid_only_where_one_host_runs_the_pipeline() {
     );
     assert!(!codes(sharded_spec(1, both, "trainer_threads = 0")).contains(&SHARDED));
 }
+
+/// `script_spec` with a `[sagemaker]` section: `image` is its `image_uri` line (or nothing),
+/// `more` further lines of the section.
+fn sagemaker_spec(trainer_type: &str, image: &str, more: &str) -> String {
+    format!(
+        "{}[sagemaker]\nregion = \"eu-central-2\"\nrole_arn = \"arn:aws:iam::123456789012:role/R\"\n\
+         output_path = \"s3://out-bucket/jobs/output/\"\n{image}\n{more}\n",
+        script_spec(trainer_type, "").replace("\"data/train\"", "\"s3://data-bucket/train/\"")
+    )
+}
+
+#[test]
+fn a_script_without_an_image_runs_on_aws_s_pytorch_image() {
+    let text = sagemaker_spec(
+        "ml.g5.xlarge",
+        "",
+        "[sagemaker.hyperparameters]\nepochs = 3\nlr = 0.5\nname = \"digits\"\nfast = true",
+    );
+    let checked = check("hetgen.toml", &text);
+    let job = checked
+        .job
+        .unwrap_or_else(|| panic!("{:#?}", checked.report.problems));
+    let sm = job.sagemaker.unwrap();
+    let framework = sm.framework.as_ref().expect("framework mode");
+    // eu-central-2's images live in another account than most regions'; one GPU group makes
+    // the whole job use the GPU image, as the SDK decides.
+    assert_eq!(
+        sm.image_uri,
+        "380420809688.dkr.ecr.eu-central-2.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
+    );
+    assert_eq!(
+        (
+            framework.framework_version.as_str(),
+            framework.py_version.as_str()
+        ),
+        ("2.8.0", "py312")
+    );
+    assert_eq!(framework.code_location, "s3://out-bucket");
+    assert_eq!(
+        framework.submit_directory("j"),
+        "s3://out-bucket/j/source/sourcedir.tar.gz"
+    );
+    // JSON-encoded as SDK 2.x's framework estimators send them: strings keep their quotes.
+    let hps: Vec<(&str, &str)> = sm
+        .hyperparameters
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        hps,
+        [
+            ("epochs", "3"),
+            ("fast", "true"),
+            ("lr", "0.5"),
+            ("name", "\"digits\"")
+        ]
+    );
+
+    let pinned = sagemaker_spec(
+        "ml.c5.xlarge",
+        "",
+        "framework_version = \"2.5\"\ncode_location = \"s3://code-bucket/some/prefix/\"",
+    );
+    let sm = check("hetgen.toml", &pinned)
+        .job
+        .unwrap()
+        .sagemaker
+        .unwrap();
+    assert_eq!(
+        sm.image_uri,
+        "380420809688.dkr.ecr.eu-central-2.amazonaws.com/pytorch-training:2.5.1-cpu-py311"
+    );
+    assert_eq!(
+        sm.framework.unwrap().code_location,
+        "s3://code-bucket/some/prefix"
+    );
+
+    // With its own image, a script keeps today's road: hyperparameters as written.
+    let own = sagemaker_spec(
+        "ml.g5.xlarge",
+        "image_uri = \"123456789012.dkr.ecr.eu-central-2.amazonaws.com/mine:1\"",
+        "[sagemaker.hyperparameters]\nname = \"digits\"",
+    );
+    let sm = check("hetgen.toml", &own).job.unwrap().sagemaker.unwrap();
+    assert!(sm.framework.is_none());
+    assert_eq!(
+        sm.image_uri,
+        "123456789012.dkr.ecr.eu-central-2.amazonaws.com/mine:1"
+    );
+    assert_eq!(sm.hyperparameters["name"], "digits");
+}
+
+#[test]
+fn the_built_in_trainer_needs_its_own_image() {
+    let text = sagemaker_spec("ml.g5.xlarge", "", "")
+        .replace("script = \"train.py\"", "model = \"mlp\"\nsteps = 1");
+    let checked = check("hetgen.toml", &text);
+    assert!(checked.job.is_none());
+    let problem = checked
+        .report
+        .problems
+        .iter()
+        .find(|p| p.code == "hetgen::spec::image-uri")
+        .expect("a missing image_uri is reported");
+    assert!(problem.message.contains("built-in trainer"), "{problem:?}");
+    assert!(problem.span.is_some() && problem.help.is_some());
+}

@@ -46,7 +46,7 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, raw: &RawSpec) -> Option<Job> {
     let sagemaker = raw
         .sagemaker
         .as_ref()
-        .map(|sm| sagemaker::sagemaker(ctx, sm, &groups, raw.trainer.script.is_some()));
+        .map(|sm| sagemaker::sagemaker(ctx, sm, &groups, raw));
 
     Some(Job {
         name: raw.job.name.clone(),

@@ -1,0 +1,183 @@
+//! AWS's prebuilt PyTorch training images, as the SageMaker Python SDK 2.x names them.
+//!
+//! A script-mode job without `image_uri` runs on
+//! `<registry>.dkr.ecr.<region>.amazonaws.com/pytorch-training:<version>-<gpu|cpu>-<py>`. The
+//! versions, their Python versions and the per-region registries below are the SDK's own
+//! (`sagemaker/image_uri_config/pytorch.json` of SDK 2.257, `training` scope), restricted to
+//! the releases whose registry table is the one given here (2.4.0 onwards; older releases list
+//! other regions). Regions outside the table have no such image.
+
+/// `(version, Python version)` of every release hetgen knows, oldest first.
+pub const VERSIONS: &[(&str, &str)] = &[
+    ("2.4.0", "py311"),
+    ("2.5.1", "py311"),
+    ("2.6.0", "py312"),
+    ("2.7.1", "py312"),
+    ("2.8.0", "py312"),
+];
+
+/// The newest training release SDK 2.x knows: the default `framework_version`.
+pub const DEFAULT_VERSION: &str = "2.8.0";
+
+/// The entry point SageMaker runs on every host of a framework-mode job (`sagemaker_program`):
+/// hetgen's role launcher from the wheel in the source bundle.
+pub const PROGRAM: &str = "hetgen_launcher.py";
+
+/// The job file inside the source bundle.
+pub const JOB_FILE: &str = "hetgen-job.json";
+
+/// The hyperparameters a framework-mode job carries besides the user's, as SDK 2.x's `PyTorch`
+/// estimator sets them (hetgen-render writes them; a spec may not).
+pub const HYPERPARAMETERS: [&str; 5] = [
+    "sagemaker_program",
+    "sagemaker_submit_directory",
+    "sagemaker_container_log_level",
+    "sagemaker_job_name",
+    "sagemaker_region",
+];
+
+/// The ECR repository of the training images.
+pub const REPOSITORY: &str = "pytorch-training";
+
+/// The account holding the images, per region (most regions share `763104351884`).
+const REGISTRIES: &[(&str, &str)] = &[
+    ("af-south-1", "626614931356"),
+    ("ap-east-1", "871362719292"),
+    ("ap-east-2", "975050140332"),
+    ("ap-northeast-1", "763104351884"),
+    ("ap-northeast-2", "763104351884"),
+    ("ap-northeast-3", "364406365360"),
+    ("ap-south-1", "763104351884"),
+    ("ap-south-2", "772153158452"),
+    ("ap-southeast-1", "763104351884"),
+    ("ap-southeast-2", "763104351884"),
+    ("ap-southeast-3", "907027046896"),
+    ("ap-southeast-4", "457447274322"),
+    ("ap-southeast-5", "550225433462"),
+    ("ap-southeast-6", "633930458069"),
+    ("ap-southeast-7", "590183813437"),
+    ("ca-central-1", "763104351884"),
+    ("ca-west-1", "204538143572"),
+    ("cn-north-1", "727897471807"),
+    ("cn-northwest-1", "727897471807"),
+    ("eu-central-1", "763104351884"),
+    ("eu-central-2", "380420809688"),
+    ("eu-north-1", "763104351884"),
+    ("eu-south-1", "692866216735"),
+    ("eu-south-2", "503227376785"),
+    ("eu-west-1", "763104351884"),
+    ("eu-west-2", "763104351884"),
+    ("eu-west-3", "763104351884"),
+    ("il-central-1", "780543022126"),
+    ("me-central-1", "914824155844"),
+    ("me-south-1", "217643126080"),
+    ("mx-central-1", "637423239942"),
+    ("sa-east-1", "763104351884"),
+    ("us-east-1", "763104351884"),
+    ("us-east-2", "763104351884"),
+    ("us-gov-east-1", "446045086412"),
+    ("us-gov-west-1", "442386744353"),
+    ("us-west-1", "763104351884"),
+    ("us-west-2", "763104351884"),
+];
+
+/// The full release a version names: itself, or the release of a `major.minor` alias
+/// (`"2.8"` → `"2.8.0"`), as the SDK resolves them.
+pub fn release(version: &str) -> Option<&'static str> {
+    VERSIONS.iter().map(|(v, _)| *v).find(|v| {
+        *v == version
+            || v.rsplit_once('.')
+                .is_some_and(|(minor, _)| minor == version)
+    })
+}
+
+/// The Python version of a release (`py312`).
+pub fn python(release: &str) -> Option<&'static str> {
+    VERSIONS
+        .iter()
+        .find(|(v, _)| *v == release)
+        .map(|(_, p)| *p)
+}
+
+/// The registry account of `region`, when the images are published there.
+pub fn registry(region: &str) -> Option<&'static str> {
+    REGISTRIES
+        .iter()
+        .find(|(r, _)| *r == region)
+        .map(|(_, account)| *account)
+}
+
+/// The regions with images, for hints.
+pub fn regions() -> impl Iterator<Item = &'static str> {
+    REGISTRIES.iter().map(|(r, _)| *r)
+}
+
+/// The processor the SDK picks for a job: `gpu` when any group's instance family starts with
+/// `g` or `p` (the SDK then uses the GPU image on every group), else `cpu`.
+pub fn processor<'a>(instance_types: impl IntoIterator<Item = &'a str>) -> &'static str {
+    let gpu = instance_types
+        .into_iter()
+        .any(|t| family(t).is_some_and(|f| f.starts_with(['g', 'p'])));
+    if gpu { "gpu" } else { "cpu" }
+}
+
+/// `ml.g5.xlarge` → `g5`.
+pub fn family(instance_type: &str) -> Option<&str> {
+    instance_type.strip_prefix("ml.")?.split('.').next()
+}
+
+/// The image of `release` for `processor` and `py_version` in `region`, when published there.
+pub fn image_uri(region: &str, release: &str, processor: &str, py_version: &str) -> Option<String> {
+    let account = registry(region)?;
+    // The China partition's ECR endpoints end in `.com.cn`.
+    let domain = if region.starts_with("cn-") {
+        "amazonaws.com.cn"
+    } else {
+        "amazonaws.com"
+    };
+    Some(format!(
+        "{account}.dkr.ecr.{region}.{domain}/{REPOSITORY}:{release}-{processor}-{py_version}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_resolve_as_the_sdk_does() {
+        assert_eq!(release("2.8.0"), Some("2.8.0"));
+        assert_eq!(release("2.8"), Some("2.8.0"));
+        assert_eq!(release("2.5"), Some("2.5.1"));
+        assert_eq!(release("2.5.0"), None);
+        assert_eq!(release("2"), None);
+        assert_eq!(release("2.80"), None);
+        assert_eq!(release(DEFAULT_VERSION), Some(DEFAULT_VERSION));
+        assert_eq!(python("2.8.0"), Some("py312"));
+        assert_eq!(python("2.4.0"), Some("py311"));
+    }
+
+    #[test]
+    fn image_uris_follow_the_registry_table() {
+        assert_eq!(
+            image_uri("us-east-1", "2.8.0", "gpu", "py312").unwrap(),
+            "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
+        );
+        assert_eq!(
+            image_uri("af-south-1", "2.6.0", "cpu", "py312").unwrap(),
+            "626614931356.dkr.ecr.af-south-1.amazonaws.com/pytorch-training:2.6.0-cpu-py312"
+        );
+        assert_eq!(
+            image_uri("cn-north-1", "2.8.0", "gpu", "py312").unwrap(),
+            "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-training:2.8.0-gpu-py312"
+        );
+        assert_eq!(image_uri("xx-nowhere-1", "2.8.0", "gpu", "py312"), None);
+    }
+
+    #[test]
+    fn one_gpu_group_makes_the_whole_job_gpu() {
+        assert_eq!(processor(["ml.c5.xlarge", "ml.g5.xlarge"]), "gpu");
+        assert_eq!(processor(["ml.p4d.24xlarge"]), "gpu");
+        assert_eq!(processor(["ml.c5.xlarge", "ml.m5.large"]), "cpu");
+    }
+}
