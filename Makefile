@@ -5,6 +5,8 @@
 CARGO_TARGET_DIR ?= $(HOME)/.cache/hetgen/target
 export CARGO_TARGET_DIR
 HETGEN := $(CARGO_TARGET_DIR)/debug/hetgen
+# The wheel `make wheel` builds (its name is hetgen-render's `wheel_file_name()`).
+WHEEL = $(wildcard $(CARGO_TARGET_DIR)/wheels/hetgen-*.whl)
 # Two checkouts sharing that target folder reuse each other's artifacts when the sources match
 # (cargo fingerprints workspace-relative paths), and with them the other's compile-time paths.
 # So what must be this checkout is said at run time: the runtime source local jobs build their
@@ -29,27 +31,32 @@ build:
 ## The whole test suite: formatting, lints, Rust tests (deploy against moto's SageMaker
 ## emulator, jobs as local clusters of real processes), the SageMaker API-model checks, and the
 ## rendered SDK files run through SageMaker Python SDK 3.x and 2.x against moto.
-test: build
+test: build wheel
 	cargo fmt --all -- --check
 	$(WITH_TORCH) && cargo clippy --locked --workspace --all-targets -- -D warnings
 	$(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && \
 	  SDK3="$$(scripts/sdk-env.sh 3)" && SDK2="$$(scripts/sdk-env.sh 2)" && \
-	  HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" cargo test --locked --workspace && \
-	  HETGEN_BIN="$(HETGEN)" HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" \
+	  HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" HETGEN_WHEEL="$(WHEEL)" \
+	  cargo test --locked --workspace && \
+	  HETGEN_BIN="$(HETGEN)" HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" HETGEN_WHEEL="$(WHEEL)" \
 	  HETGEN_SDK3_PYTHON="$$SDK3/bin/python" HETGEN_SDK2_PYTHON="$$SDK2/bin/python" \
 	  "$$VENV/bin/python" -m pytest tests/botocore tests/sdk -q -p no:cacheprovider
-	$(MAKE) --no-print-directory python-test
+	$(PYTHON_TESTS)
 
-## The Python package (python/): build its wheel with maturin and install it into the torch venv
-## (real torch, as a user's image has), where `hetgen deploy --local` finds it for script-mode jobs.
+## The Python package (python/): build its manylinux wheel with maturin and install it into the
+## torch venv (real torch, as a user's image has), where `hetgen deploy --local` finds it for
+## script-mode jobs; `hetgen deploy` and `hetgen bundle` ship the same file to AWS's image.
 wheel:
 	$(WITH_TORCH) && scripts/wheel.sh "$$TORCH_VENV"
 
-## The package's tests, against real data-server processes and real `hetgen deploy --local` jobs.
-python-test: wheel
-	$(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-data --bins && \
+## The package's tests, against real data-server processes and real `hetgen deploy --local` jobs,
+## and the wheel itself in a fresh venv.
+PYTHON_TESTS = $(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-data --bins && \
 	  HETGEN_BIN="$(HETGEN)" HETGEN_DATA_SERVER="$(CARGO_TARGET_DIR)/debug/hetgen-data-server" \
-	    "$$TORCH_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
+	  HETGEN_WHEEL="$(WHEEL)" "$$TORCH_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
+
+python-test: build wheel
+	$(PYTHON_TESTS)
 
 ## The main job: scaffold the tiny local example, render it, and run it as a simulated
 ## heterogeneous cluster (two data hosts, one trainer host) on this machine.

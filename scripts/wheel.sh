@@ -3,6 +3,14 @@
 # of any earlier build. `make wheel` builds it in debug mode for the test suite; the benchmarks
 # pass --release (a debug build is no fair contender).
 #   scripts/wheel.sh [--release] VENV
+#
+# The wheel is manylinux_2_17 (manylinux2014) and carries libjpeg-turbo, so that it installs
+# with no compiler into AWS's PyTorch training image (Ubuntu 22.04, glibc 2.35) as into any
+# other Linux since glibc 2.17, whatever glibc this machine has: zig links it against glibc
+# 2.17's symbols, and maturin's auditwheel repair copies the libjpeg it links into
+# `hetgen.libs/` (with an rpath) after checking every symbol against the manylinux policy. zig
+# brings its own C headers for that glibc, so it is shown this system's libjpeg headers alone
+# (a folder of copies) and its library folder, not /usr/include as a whole.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -14,8 +22,28 @@ fi
 venv="$1"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 tools="$(scripts/python-env.sh)"
+zig_dir="$("$tools/bin/python" -c 'import os, ziglang; print(os.path.dirname(ziglang.__file__))')"
+
+# libjpeg's public headers, as the system compiler finds them, and its library's folder.
+include="$CARGO_TARGET_DIR/wheel-include"
+rm -rf "$include" && mkdir -p "$include"
+printf '#include <stdio.h>\n#include <jpeglib.h>\n#include <jerror.h>\n' |
+  cc -M -x c - | tr ' \\' '\n\n' | grep -E '/j(peglib|config|morecfg|error)\.h$' |
+  xargs -I{} cp {} "$include/"
+[ -f "$include/jpeglib.h" ] && [ -f "$include/jconfig.h" ] || {
+  echo "wheel: libjpeg-turbo's headers not found; run scripts/system-deps.sh" >&2
+  exit 1
+}
+libjpeg="$(cc -print-file-name=libjpeg.so)"
+[ -f "$libjpeg" ] || { echo "wheel: libjpeg.so not found; run scripts/system-deps.sh" >&2; exit 1; }
+
 rm -rf "${CARGO_TARGET_DIR:?}/$out"
-PATH="$PATH:$tools/bin" maturin build --locked "${profile[@]}" --manifest-path python/Cargo.toml \
-  -i "$venv/bin/python" -o "$CARGO_TARGET_DIR/$out" >&2
+# LIBJPEG_NO_PKG_CONFIG: pkg-config would add -I/usr/include, whose glibc headers are not the
+# ones zig links against.
+PATH="$PATH:$tools/bin:$zig_dir" LIBJPEG_NO_PKG_CONFIG=1 \
+  CFLAGS_x86_64_unknown_linux_gnu="-I$include" \
+  RUSTFLAGS="${RUSTFLAGS:-} -L native=$(dirname "$libjpeg")" \
+  maturin build --locked "${profile[@]}" --zig --compatibility manylinux_2_17 \
+  --manifest-path python/Cargo.toml -i "$venv/bin/python" -o "$CARGO_TARGET_DIR/$out" >&2
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
   "$CARGO_TARGET_DIR/$out"/hetgen-*.whl >&2

@@ -4,10 +4,12 @@
 //! be Rust: [`loader::NativeLoader`], which streams batches from the job's data servers (the same
 //! client the built-in trainer uses) or runs the pipeline engine in-process, and hands each batch
 //! to Python as numpy arrays over the batch's own memory ([`batch`]). Errors become the package's
-//! exceptions ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]).
+//! exceptions ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]). [`launch`]
+//! is hetgen's role launcher itself, for the package's entry points.
 
 mod batch;
 mod errors;
+mod launch;
 mod loader;
 mod wait;
 
@@ -17,6 +19,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<batch::BatchMemory>()?;
+    m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("PROTOCOL_VERSION", hetgen_data::PROTOCOL_VERSION)?;

@@ -46,7 +46,7 @@ pub const SDK2_REQUIREMENT: &str = "sagemaker>=2.257,<3";
 /// ships it under this name and its `requirements.txt` installs it by this name.
 pub fn wheel_file_name() -> String {
     format!(
-        "hetgen-{}-cp39-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "hetgen-{}-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
         env!("CARGO_PKG_VERSION")
     )
 }

@@ -170,9 +170,9 @@ fn a_script_mode_job_builds_on_pytorch_without_the_built_in_trainer() {
     let dockerfile = file("Dockerfile");
     let base = hetgen_spec::model::DEFAULT_BASE_IMAGE;
     assert_eq!(dockerfile.matches(&format!("FROM {base}")).count(), 2);
-    assert!(
-        dockerfile.contains("maturin build --release --manifest-path hetgen/python/Cargo.toml")
-    );
+    assert!(dockerfile.contains(
+        "maturin build --release --compatibility linux --manifest-path hetgen/python/Cargo.toml"
+    ));
     assert!(dockerfile.contains("COPY --from=code . /opt/ml/code"));
     assert!(
         !dockerfile.contains("torch=="),

@@ -1,6 +1,7 @@
 //! The launcher's command line: `launcher train [--input local|remote] [--device auto|cuda|cpu]
-//! [--input-only] [--job FILE]`. SageMaker passes only `train`; the flags are for A/B runs,
-//! benchmarks and debugging.
+//! [--input-only] [--job FILE] [-- SCRIPT ARGS…]`. SageMaker passes only `train` to an image of
+//! hetgen's; on AWS's PyTorch image the bundle's entry point passes the job's hyperparameters
+//! after `--`. The flags are for A/B runs, benchmarks and debugging.
 
 use std::path::PathBuf;
 
@@ -8,6 +9,7 @@ use hetgen_spec::model::Device;
 
 pub(crate) const USAGE: &str = "\
 usage: launcher train [--input local|remote] [--device auto|cuda|cpu] [--input-only] [--job FILE]
+                      [-- SCRIPT ARGS...]
 
 Runs this instance's role of the hetgen job (SageMaker runs `IMAGE train`). The trainer
 flags steer the built-in trainer; a script-mode trainer refuses them.
@@ -17,6 +19,8 @@ flags steer the built-in trainer; a script-mode trainer refuses them.
   --input-only           trainer: take the batches and drop them, no model (the input's
                          ceiling, as `hetgen bench --input-only` measures it)
   --job FILE             job.json to read (default: $HETGEN_JOB_FILE, else /opt/hetgen/job.json)
+  -- SCRIPT ARGS...      script mode: more arguments for the script, after the spec's `args`
+                         (on AWS's image, the job's hyperparameters); data hosts ignore them
 ";
 
 /// Where the trainer's batches come from.
@@ -39,6 +43,8 @@ pub struct Args {
     pub input_only: bool,
     /// `--job`.
     pub job_file: Option<PathBuf>,
+    /// Everything after `--`: more arguments for a training script.
+    pub script_args: Vec<String>,
 }
 
 impl Args {
@@ -74,6 +80,10 @@ impl Args {
                 }
                 "--input-only" => parsed.input_only = true,
                 "--job" => parsed.job_file = Some(PathBuf::from(value()?)),
+                "--" => {
+                    parsed.script_args = args.collect();
+                    break;
+                }
                 other => return Err(format!("unknown option `{other}`")),
             }
         }
@@ -122,6 +132,18 @@ mod tests {
         assert_eq!(args.device, Some(Device::Cpu));
         assert_eq!(args.job_file, Some(PathBuf::from("j.json")));
         assert_eq!(parse(&["--help"]), Ok(None));
+        let passed = parse(&["train", "--job", "j.json", "--", "--epochs", "3", "--", "x"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(passed.script_args, ["--epochs", "3", "--", "x"]);
+        assert_eq!(passed.job_file, Some(PathBuf::from("j.json")));
+        assert!(
+            parse(&["train", "--"])
+                .unwrap()
+                .unwrap()
+                .script_args
+                .is_empty()
+        );
         assert!(parse(&["serve"]).unwrap_err().contains("only command"));
         assert!(
             parse(&["train", "--input", "gpu"])

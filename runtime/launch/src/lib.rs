@@ -28,15 +28,21 @@ use hetgen_spec::model::{BuiltinTrainer, Job, Role, Trainer};
 
 /// Run the role of this instance; the launcher's `main` returns this.
 pub fn launch(stages: StageRegistry) -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1)) {
+    ExitCode::from(launch_with(std::env::args().skip(1), stages))
+}
+
+/// [`launch`] with the arguments given (without the program's name), returning the exit
+/// status: what the `hetgen` Python package's launcher (`python -m hetgen train …`) runs.
+pub fn launch_with(argv: impl IntoIterator<Item = String>, stages: StageRegistry) -> u8 {
+    let args = match Args::parse(argv.into_iter()) {
         Ok(Some(args)) => args,
         Ok(None) => {
             print!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
+            return 0;
         }
         Err(message) => {
             eprintln!("launcher: {message}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
+            return 2;
         }
     };
     hetgen_data::role::init_logging();
@@ -46,13 +52,13 @@ pub fn launch(stages: StageRegistry) -> ExitCode {
         Err(e) => {
             // No tree means no failure file to write either.
             eprintln!("launcher: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     match run(&args, &env, &stages) {
         Ok(message) => {
             eprintln!("launcher: {message}");
-            ExitCode::SUCCESS
+            0
         }
         Err(e) => {
             let reason = format!("{} ({}): {e}", env.host(), env.group());
@@ -60,8 +66,8 @@ pub fn launch(stages: StageRegistry) -> ExitCode {
             hetgen_env::write_failure(&env.paths, &reason);
             // A training script's own exit status is the host's.
             match e.downcast_ref::<script::ScriptFailed>() {
-                Some(failed) => ExitCode::from(failed.code),
-                None => ExitCode::FAILURE,
+                Some(failed) => failed.code,
+                None => 1,
             }
         }
     }
@@ -87,8 +93,14 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
         Role::Trainer => match &job.trainer {
             Trainer::Script(script) => {
                 refuse_builtin_trainer_flags(args, &script.script)?;
-                script::run(job, script, env)
+                script::run(job, script, env, &args.script_args)
             }
+            Trainer::Builtin(_) if !args.script_args.is_empty() => Err(format!(
+                "the arguments after `--` ({}) are for a training script, but this job trains \
+                 hetgen's built-in `model`, which takes none",
+                args.script_args.join(" ")
+            )
+            .into()),
             Trainer::Builtin(trainer) => builtin(job, trainer, env, stages, args),
         },
     }

@@ -43,8 +43,14 @@ pub struct ScriptFailed {
     tail: String,
 }
 
-/// Run this host's share of the script and tell the data servers when it is over.
-pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxError> {
+/// Run this host's share of the script, with `more_args` after the spec's `args`, and tell the
+/// data servers when it is over.
+pub fn run(
+    job: &Job,
+    script: &ScriptTrainer,
+    env: &Env,
+    more_args: &[String],
+) -> Result<String, BoxError> {
     let hosts = env.resources.hosts_of(env.group());
     let node_rank = hosts.iter().position(|h| h == env.host()).ok_or_else(|| {
         format!(
@@ -87,15 +93,15 @@ pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxEr
         .arg(format!("--master-port={port}"))
         .arg(&program)
         .args(&script.args)
+        .args(more_args)
         .current_dir(&code_dir)
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stderr(Stdio::piped());
-    // Collective back ends pick the interface SageMaker set up, unless told otherwise.
-    let interface = &env.resources.network_interface_name;
-    for var in ["GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"] {
-        if std::env::var_os(var).is_none() && !interface.is_empty() {
-            command.env(var, interface);
+    // What the training toolkit's torchrun runner would set; the job's environment wins.
+    for (var, value) in collective_environment(env) {
+        if std::env::var_os(var).is_none() {
+            command.env(var, value);
         }
     }
     // Its own process group, which SIGTERM is passed to (torchrun then stops its workers); and
@@ -190,6 +196,53 @@ pub fn run(job: &Job, script: &ScriptTrainer, env: &Env) -> Result<String, BoxEr
     }))
 }
 
+/// Instance types with EFA for NCCL, and those whose EFA also does RDMA: the lists of AWS's
+/// training toolkit (`sagemaker-training` 5.1), which sets the variables below for them when it
+/// starts torchrun itself.
+const EFA_TYPES: &[&str] = &[
+    "ml.g4dn.8xlarge",
+    "ml.g4dn.12xlarge",
+    "ml.g5.48xlarge",
+    "ml.p3dn.24xlarge",
+    "ml.p4d.24xlarge",
+    "ml.p4de.24xlarge",
+    "ml.p5.48xlarge",
+    "ml.p5e.48xlarge",
+    "ml.trn1.32xlarge",
+    "ml.p6e-gb200.36xlarge",
+];
+const EFA_RDMA_TYPES: &[&str] = &[
+    "ml.p4d.24xlarge",
+    "ml.p4de.24xlarge",
+    "ml.p5.48xlarge",
+    "ml.p5e.48xlarge",
+    "ml.trn1.32xlarge",
+    "ml.p6e-gb200.36xlarge",
+];
+
+/// The collective back ends' settings for this host, as AWS's training toolkit sets them for
+/// torchrun (hetgen starts torchrun itself, so that it spans the trainer group only): the
+/// interface SageMaker set up for gloo and NCCL, NCCL's `simple` protocol, and EFA where the
+/// instance type has it.
+fn collective_environment(env: &Env) -> Vec<(&'static str, String)> {
+    let mut vars = Vec::new();
+    let interface = &env.resources.network_interface_name;
+    if !interface.is_empty() {
+        vars.push(("GLOO_SOCKET_IFNAME", interface.clone()));
+        vars.push(("NCCL_SOCKET_IFNAME", interface.clone()));
+    }
+    vars.push(("NCCL_PROTO", "simple".to_owned()));
+    let instance_type = env.resources.current_instance_type.as_str();
+    if EFA_TYPES.contains(&instance_type) {
+        vars.push(("FI_PROVIDER", "efa".to_owned()));
+    }
+    if EFA_RDMA_TYPES.contains(&instance_type) {
+        vars.push(("FI_EFA_USE_DEVICE_RDMA", "1".to_owned()));
+        vars.push(("RDMAV_FORK_SAFE", "1".to_owned()));
+    }
+    vars
+}
+
 /// This host finished: every data server is told (best effort; a server not told exits by its
 /// watchdog).
 fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str) {
@@ -228,4 +281,58 @@ fn forward_signals(group: libc::pid_t) -> Result<signal_hook::iterator::Handle, 
         }
     });
     Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use hetgen_env::{Paths, ResourceConfig};
+
+    use super::*;
+
+    fn env(instance_type: &str, interface: &str) -> Env {
+        Env {
+            paths: Paths {
+                base: PathBuf::from("/opt/ml"),
+            },
+            resources: ResourceConfig {
+                current_group_name: "dnn_group".to_owned(),
+                current_host: "algo-1".to_owned(),
+                current_instance_type: instance_type.to_owned(),
+                hosts: vec!["algo-1".to_owned()],
+                instance_groups: Vec::new(),
+                network_interface_name: interface.to_owned(),
+            },
+            hyperparameters: BTreeMap::new(),
+            channels: BTreeMap::new(),
+            channel_dirs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn torchrun_gets_the_toolkit_s_collective_settings() {
+        let vars: BTreeMap<_, _> = collective_environment(&env("ml.p4d.24xlarge", "eth0"))
+            .into_iter()
+            .collect();
+        assert_eq!(vars["NCCL_SOCKET_IFNAME"], "eth0");
+        assert_eq!(vars["GLOO_SOCKET_IFNAME"], "eth0");
+        assert_eq!(vars["NCCL_PROTO"], "simple");
+        assert_eq!(vars["FI_PROVIDER"], "efa");
+        assert_eq!(vars["FI_EFA_USE_DEVICE_RDMA"], "1");
+        assert_eq!(vars["RDMAV_FORK_SAFE"], "1");
+
+        // EFA without RDMA, and an instance without EFA or a known interface.
+        let g5: BTreeMap<_, _> = collective_environment(&env("ml.g5.48xlarge", "eth0"))
+            .into_iter()
+            .collect();
+        assert_eq!(g5["FI_PROVIDER"], "efa");
+        assert!(!g5.contains_key("FI_EFA_USE_DEVICE_RDMA"));
+        let small: Vec<&str> = collective_environment(&env("ml.g5.xlarge", ""))
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(small, ["NCCL_PROTO"]);
+    }
 }
