@@ -11,12 +11,14 @@
 //! | `launcher/` | a Cargo crate whose `main` starts the instance's role |
 //! | `proto/hetgen/data/v1/data.proto` | the data service contract |
 //! | `Dockerfile` | the bring-your-own training image |
+//! | `bundle/` | on AWS's PyTorch image: the entry point and `requirements.txt` of the source bundle ([`bundle`]) |
 //!
 //! The two JSON files are serialized from typed structs (exact, no comment possible); the rest
 //! are minijinja templates embedded from `templates/`, whose folder tree is the output tree
 //! (`templates/launcher/Cargo.toml.j2` → `launcher/Cargo.toml`). Undefined template variables
 //! are errors. Rendering happens wholly in memory, so a failure writes nothing.
 
+pub mod bundle;
 pub mod request;
 mod templates;
 mod write;

@@ -191,3 +191,239 @@ fn a_script_mode_job_builds_on_pytorch_without_the_built_in_trainer() {
         .unwrap();
     assert!(manifest.contents.contains("hetgen-runtime = \"0.1.0\""));
 }
+
+/// A project on AWS's PyTorch image in a temporary folder: the pytorch example's spec without
+/// `image_uri`, its `train.py`, data under `data/`, and what a project folder also holds.
+struct Project {
+    dir: tempfile::TempDir,
+    job: hetgen_spec::Job,
+    wheel: PathBuf,
+}
+
+impl Project {
+    fn new(extra_trainer: &str) -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let example = repo().join("examples/pytorch");
+        let spec = std::fs::read_to_string(example.join("hetgen.toml"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("image_uri"))
+            .map(|l| {
+                if l.starts_with("processes_per_host") && !extra_trainer.is_empty() {
+                    format!("{l}\n{extra_trainer}")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(root.join("hetgen.toml"), &spec).unwrap();
+        std::fs::copy(example.join("train.py"), root.join("train.py")).unwrap();
+        for folder in [
+            "data/train/0",
+            "data/test/0",
+            ".git",
+            "__pycache__",
+            "lib/__pycache__",
+        ] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        for file in [
+            "data/train/0/a.png",
+            "data/test/0/b.png",
+            ".git/HEAD",
+            "__pycache__/train.cpython-312.pyc",
+            "lib/__pycache__/x.pyc",
+        ] {
+            std::fs::write(root.join(file), "x").unwrap();
+        }
+        std::fs::write(root.join("lib/model.py"), "class Model: ...\n").unwrap();
+        let tool = root.join("run.sh");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        if extra_trainer.contains("requirements") {
+            std::fs::write(root.join("requirements.txt"), "tqdm\n").unwrap();
+        }
+        let checked = check_spec(&root.join("hetgen.toml"));
+        let job = checked
+            .job
+            .unwrap_or_else(|| panic!("{:#?}", checked.report.problems));
+        // Out of the bundle: a dot-folder.
+        let wheels = root.join(".wheels");
+        std::fs::create_dir_all(&wheels).unwrap();
+        // Bytes are enough here: the bundle copies the wheel; python/tests installs the real one.
+        let wheel = wheels.join(hetgen_render::wheel_file_name());
+        std::fs::write(&wheel, "a wheel").unwrap();
+        Project { dir, job, wheel }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Renders into `build/` (inside the project, as `hetgen render` does) and bundles.
+    fn bundle(&self) -> Result<hetgen_render::bundle::Bundle, hetgen_render::bundle::BundleError> {
+        let text = std::fs::read_to_string(self.root().join("hetgen.toml")).unwrap();
+        let rendered = render(
+            &self.job,
+            SpecOrigin {
+                file_name: "hetgen.toml",
+                text: &text,
+            },
+        )
+        .unwrap();
+        let out = self.root().join("build");
+        hetgen_render::write(&rendered, &out).unwrap();
+        let inputs = hetgen_render::bundle::Inputs {
+            job: &self.job,
+            spec_dir: self.root(),
+            out_dir: &out,
+            wheel: &self.wheel,
+        };
+        hetgen_render::bundle::bundle(&inputs, &out.join(&rendered.dir))
+    }
+}
+
+fn check_spec(path: &Path) -> hetgen_spec::Checked {
+    hetgen_spec::check_file(path, &std::fs::read(path).unwrap())
+}
+
+fn archive_members(path: &Path) -> Vec<(String, u32, Vec<u8>)> {
+    let file = std::fs::File::open(path).unwrap();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    tar.entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().to_string_lossy().into_owned();
+            let mode = e.header().mode().unwrap();
+            assert_eq!(e.header().mtime().unwrap(), 0, "{name}");
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut bytes).unwrap();
+            (name, mode, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn the_source_bundle_holds_the_code_and_hetgen_s_files_only() {
+    let project = Project::new("");
+    let bundle = project.bundle().unwrap();
+    let wheel = hetgen_render::wheel_file_name();
+    let members = archive_members(&bundle.archive);
+    let names: Vec<&str> = members.iter().map(|(n, _, _)| n.as_str()).collect();
+    let mut want = vec![
+        "hetgen-job.json",
+        "hetgen.toml",
+        "hetgen_launcher.py",
+        "lib/model.py",
+        "requirements.txt",
+        "run.sh",
+        "train.py",
+        wheel.as_str(),
+    ];
+    want.sort();
+    // No data (the channels' local folders), no build/, no dot-files, no __pycache__.
+    assert_eq!(names, want);
+    assert_eq!(bundle.files, want);
+    let file = |name: &str| members.iter().find(|(n, _, _)| n == name).unwrap();
+    assert_eq!(file("run.sh").1, 0o755);
+    assert_eq!(file("train.py").1, 0o644);
+    assert_eq!(
+        file("train.py").2,
+        std::fs::read(project.root().join("train.py")).unwrap()
+    );
+    let requirements = String::from_utf8(file("requirements.txt").2.clone()).unwrap();
+    assert!(
+        requirements.lines().any(|l| l == format!("./{wheel}")),
+        "{requirements}"
+    );
+    let job: serde_json::Value = serde_json::from_slice(&file("hetgen-job.json").2).unwrap();
+    assert_eq!(job["job"]["name"], "pytorch-digits");
+    // The folder form holds the same files.
+    for name in &want {
+        assert!(bundle.dir.join(name).is_file(), "{name}");
+    }
+    assert!(!bundle.dir.join("data").exists());
+
+    // The same inputs give the same bytes.
+    let first = std::fs::read(&bundle.archive).unwrap();
+    let again = project.bundle().unwrap();
+    assert_eq!(std::fs::read(&again.archive).unwrap(), first);
+}
+
+#[test]
+fn a_user_requirements_txt_goes_in_beside_hetgen_s() {
+    let project = Project::new("requirements = \"requirements.txt\"");
+    let bundle = project.bundle().unwrap();
+    let members = archive_members(&bundle.archive);
+    let file = |name: &str| {
+        String::from_utf8(
+            members
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .2
+                .clone(),
+        )
+        .unwrap()
+    };
+    assert_eq!(file("user-requirements.txt"), "tqdm\n");
+    let ours = file("requirements.txt");
+    assert!(
+        ours.lines().any(|l| l == "-r user-requirements.txt"),
+        "{ours}"
+    );
+}
+
+#[test]
+fn bundles_refuse_what_would_ship_the_wrong_thing() {
+    use hetgen_render::bundle::BundleError;
+    // A requirements.txt of the user's that the spec does not name would be lost.
+    let project = Project::new("");
+    std::fs::write(project.root().join("requirements.txt"), "tqdm\n").unwrap();
+    let err = project.bundle().unwrap_err();
+    assert!(
+        matches!(&err, BundleError::Collision { file, .. } if file == "requirements.txt"),
+        "{err}"
+    );
+    std::fs::remove_file(project.root().join("requirements.txt")).unwrap();
+
+    // A user file with the name of hetgen's entry point.
+    std::fs::write(project.root().join("hetgen_launcher.py"), "").unwrap();
+    let err = project.bundle().unwrap_err();
+    assert!(matches!(err, BundleError::Collision { .. }), "{err}");
+    std::fs::remove_file(project.root().join("hetgen_launcher.py")).unwrap();
+
+    // A wheel of another name (another version or platform), or none.
+    let other = project
+        .root()
+        .join(".wheels/hetgen-0.0.1-cp39-abi3-linux_x86_64.whl");
+    std::fs::write(&other, "").unwrap();
+    let wrong = Project {
+        wheel: other,
+        ..Project::new("")
+    };
+    assert!(matches!(
+        wrong.bundle().unwrap_err(),
+        BundleError::WrongWheel { .. }
+    ));
+    let missing = Project {
+        wheel: project.root().join(".wheels/none.whl"),
+        ..Project::new("")
+    };
+    assert!(matches!(
+        missing.bundle().unwrap_err(),
+        BundleError::NoWheel { .. }
+    ));
+    // Nothing half-written was left behind by the failures.
+    let job_dir = project.root().join("build/pytorch-digits");
+    let leftovers: Vec<_> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
