@@ -43,7 +43,7 @@ rm -rf "${CARGO_TARGET_DIR:?}/$out"
 PATH="$PATH:$tools/bin:$zig_dir" LIBJPEG_NO_PKG_CONFIG=1 \
   CFLAGS_x86_64_unknown_linux_gnu="-I$include" \
   RUSTFLAGS="${RUSTFLAGS:-} -L native=$(dirname "$libjpeg")" \
-  maturin build --locked "${profile[@]}" --zig --compatibility manylinux_2_17 \
+  maturin build --locked "${profile[@]}" --strip --zig --compatibility manylinux_2_17 \
   --manifest-path python/Cargo.toml -i "$venv/bin/python" -o "$CARGO_TARGET_DIR/$out" >&2
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
   "$CARGO_TARGET_DIR/$out"/hetgen-*.whl >&2

@@ -26,6 +26,8 @@ pub enum Command {
     New(NewArgs),
     /// Submit the rendered job to SageMaker (run `hetgen render` first)
     Deploy(DeployArgs),
+    /// Write the source bundle of a job on AWS's PyTorch image (`deploy` does it too)
+    Bundle(BundleArgs),
     /// Show a training job's status
     Status(StatusArgs),
     /// Stop a training job (SageMaker sends SIGTERM to every instance)
@@ -83,6 +85,27 @@ pub struct RenderArgs {
     /// Write nothing; fail with a diff when the files on disk are stale
     #[arg(long)]
     pub check: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BundleArgs {
+    /// The spec file
+    #[arg(default_value = "hetgen.toml")]
+    pub spec: PathBuf,
+    /// Folder `hetgen render` wrote to; the bundle goes to OUT/<job>/sourcedir(.tar.gz)
+    #[arg(long, default_value = "build")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub wheel: WheelArgs,
+}
+
+/// Which hetgen wheel a source bundle ships.
+#[derive(Debug, Args)]
+pub struct WheelArgs {
+    /// The hetgen wheel to ship (default: `HETGEN_WHEEL`, else the one `make wheel` built
+    /// beside this hetgen)
+    #[arg(long, value_name = "PATH")]
+    pub wheel: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -153,9 +176,12 @@ pub struct DeployArgs {
     #[arg(long, value_name = "SECONDS", default_value = "30",
           value_parser = value::seconds(Low::From(0.01), 3600.0))]
     pub poll_interval: Duration,
-    /// Print the request instead of sending it
+    /// Print the request instead of sending it (a job on AWS's PyTorch image is bundled, not
+    /// uploaded)
     #[arg(long)]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub wheel: WheelArgs,
     #[command(flatten)]
     pub aws: AwsArgs,
     #[command(flatten)]

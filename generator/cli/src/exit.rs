@@ -34,6 +34,10 @@ pub enum Failure {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Template(#[from] hetgen_render::TemplateError),
+    /// The source bundle could not be written.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Bundle(#[from] hetgen_render::bundle::BundleError),
     /// Writing output failed.
     #[error(transparent)]
     #[diagnostic(transparent)]

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         cli::Command::Schema => commands::schema::run(),
         cli::Command::Deploy(args) if args.local.local => commands::local::run(&args),
         cli::Command::Deploy(args) => commands::deploy::run(&args),
+        cli::Command::Bundle(args) => commands::bundle::run(&args),
         cli::Command::Status(args) => commands::jobs::status(&args),
         cli::Command::Stop(args) => commands::jobs::stop(&args),
         cli::Command::List(args) => commands::jobs::list(&args),

@@ -22,6 +22,27 @@ pub struct Connection {
 /// A client for `conn`, with credentials resolved up front so a missing credential is reported
 /// as such rather than as a failed request.
 pub async fn connect(conn: &Connection, spec_region: Option<&str>) -> Result<Client, DeployError> {
+    Ok(Client::new(&config(conn, spec_region).await?))
+}
+
+/// An S3 client for `conn`, from the same credential chain, region and endpoint as the
+/// SageMaker client. With an endpoint of one's own (an emulator, a VPC endpoint) buckets are
+/// addressed by path, since such an endpoint has no per-bucket host names.
+pub async fn connect_s3(
+    conn: &Connection,
+    spec_region: Option<&str>,
+) -> Result<aws_sdk_s3::Client, DeployError> {
+    let config = config(conn, spec_region).await?;
+    let s3 = aws_sdk_s3::config::Builder::from(&config)
+        .force_path_style(config.endpoint_url().is_some())
+        .build();
+    Ok(aws_sdk_s3::Client::from_conf(s3))
+}
+
+async fn config(
+    conn: &Connection,
+    spec_region: Option<&str>,
+) -> Result<aws_config::SdkConfig, DeployError> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         // Throttling and transient faults are retried with exponential backoff.
         .retry_config(RetryConfig::standard().with_max_attempts(6));
@@ -49,7 +70,7 @@ pub async fn connect(conn: &Connection, spec_region: Option<&str>) -> Result<Cli
         .map_err(|e| DeployError::NoCredentials {
             detail: error_chain(&e),
         })?;
-    Ok(Client::new(&config))
+    Ok(config)
 }
 
 /// `e` and its sources, joined: the SDK's top-level messages alone rarely say why.

@@ -70,6 +70,24 @@ pub enum DeployError {
     #[error("the rendered request is malformed: {message}")]
     #[diagnostic(code(hetgen::deploy::request), help("run `hetgen render` again"))]
     Request { message: String },
+    /// The bucket for the source bundle does not exist.
+    #[error("no S3 bucket `{bucket}` for the source bundle")]
+    #[diagnostic(
+        code("hetgen::aws::no-bucket"),
+        help(
+            "create it in the job's region (`aws s3 mb s3://{bucket}`), or set `[sagemaker] code_location` to a bucket of yours"
+        )
+    )]
+    NoBucket { bucket: String },
+    /// Uploading the source bundle failed.
+    #[error("uploading the source bundle to {uri} failed: {message}")]
+    #[diagnostic(
+        code("hetgen::aws::upload"),
+        help(
+            "the caller needs `s3:PutObject` there; check the network, the endpoint and the region"
+        )
+    )]
+    Upload { uri: String, message: String },
     /// Anything else the service or the network said.
     #[error("{operation} failed: {message}")]
     #[diagnostic(
@@ -89,6 +107,7 @@ impl DeployError {
             DeployError::NoCredentials { .. }
                 | DeployError::NoRegion
                 | DeployError::AccessDenied { .. }
+                | DeployError::NoBucket { .. }
         )
     }
 

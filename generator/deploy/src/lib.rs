@@ -7,6 +7,7 @@
 //!   optional endpoint (emulators, VPC endpoints).
 //! - [`request`]: the rendered JSON request turned into the SDK's call.
 //! - [`jobs`]: submit, describe, stop, list, wait.
+//! - [`upload`]: a job's source bundle to S3 (jobs on AWS's PyTorch image).
 //! - [`DeployError`]: what went wrong, in words a user can act on.
 
 mod connect;
@@ -15,8 +16,9 @@ pub mod jobs;
 pub mod request;
 mod suffix;
 mod token;
+pub mod upload;
 
-pub use connect::{Connection, connect};
+pub use connect::{Connection, connect, connect_s3};
 pub use error::DeployError;
 pub use jobs::{JobStatus, Transition};
 pub use suffix::unique_name;

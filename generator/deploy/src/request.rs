@@ -14,6 +14,15 @@ use serde_json::{Map, Value};
 
 use crate::DeployError;
 
+/// The hyperparameters of a job on AWS's PyTorch image that carry its name.
+const JOB_NAME_HP: &str = "sagemaker_job_name";
+const SUBMIT_DIRECTORY_HP: &str = "sagemaker_submit_directory";
+
+/// A JSON-encoded string hyperparameter's value (`"\"s3://…\""` → `s3://…`).
+fn decoded(value: Option<&Value>) -> Option<String> {
+    serde_json::from_str(value?.as_str()?).ok()
+}
+
 /// A parsed `create-training-job.json`.
 #[derive(Debug, Clone)]
 pub struct Request(Map<String, Value>);
@@ -36,11 +45,34 @@ impl Request {
             .unwrap_or_default()
     }
 
-    /// The same request under another job name.
+    /// The same request under another job name. A job on AWS's PyTorch image names itself in
+    /// two hyperparameters too, as SDK 2.x writes them: `sagemaker_job_name`, and the
+    /// `<job>/source/sourcedir.tar.gz` of `sagemaker_submit_directory`, where the bundle goes.
     pub fn renamed(&self, name: &str) -> Self {
+        let old = self.name().to_owned();
         let mut map = self.0.clone();
         map.insert("TrainingJobName".to_owned(), Value::String(name.to_owned()));
+        if let Some(Value::Object(hps)) = map.get_mut("HyperParameters") {
+            let json =
+                |s: &str| Value::String(serde_json::to_string(s).expect("strings serialize"));
+            if hps.contains_key(JOB_NAME_HP) {
+                hps.insert(JOB_NAME_HP.to_owned(), json(name));
+            }
+            let tail = |n: &str| format!("/{n}/source/sourcedir.tar.gz");
+            let moved = decoded(hps.get(SUBMIT_DIRECTORY_HP))
+                .and_then(|uri| Some(format!("{}{}", uri.strip_suffix(&tail(&old))?, tail(name))));
+            if let Some(uri) = moved {
+                hps.insert(SUBMIT_DIRECTORY_HP.to_owned(), json(&uri));
+            }
+        }
         Request(map)
+    }
+
+    /// Where the source bundle of a job on AWS's PyTorch image goes (the decoded
+    /// `sagemaker_submit_directory`), `None` for a job on an image of its own.
+    pub fn submit_directory(&self) -> Option<String> {
+        let hps = self.0.get("HyperParameters")?.as_object()?;
+        decoded(hps.get(SUBMIT_DIRECTORY_HP)).filter(|uri| uri.starts_with("s3://"))
     }
 
     /// The same request with `key=value` added to the job's Environment (every instance's).
@@ -265,5 +297,35 @@ mod tests {
         assert!(request.0["Environment"].get("HETGEN_JOB_TOKEN").is_none());
         let bare = Request::parse(r#"{"TrainingJobName": "a"}"#).unwrap();
         assert_eq!(bare.with_environment("K", "v").0["Environment"]["K"], "v");
+    }
+
+    #[test]
+    fn renaming_a_job_on_aws_s_image_moves_its_bundle_with_it() {
+        let request = Request::parse(
+            r#"{"TrainingJobName": "digits", "HyperParameters": {
+                "sagemaker_job_name": "\"digits\"",
+                "sagemaker_submit_directory": "\"s3://b/code/digits/source/sourcedir.tar.gz\"",
+                "epochs": "3"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            request.submit_directory().as_deref(),
+            Some("s3://b/code/digits/source/sourcedir.tar.gz")
+        );
+        let renamed = request.renamed("digits-20261204-120000-ab12");
+        let hps = &renamed.0["HyperParameters"];
+        assert_eq!(hps["sagemaker_job_name"], "\"digits-20261204-120000-ab12\"");
+        assert_eq!(
+            renamed.submit_directory().as_deref(),
+            Some("s3://b/code/digits-20261204-120000-ab12/source/sourcedir.tar.gz")
+        );
+        assert_eq!(hps["epochs"], "3");
+        assert_eq!(renamed.name(), "digits-20261204-120000-ab12");
+
+        // A job on its own image has neither.
+        let own =
+            Request::parse(r#"{"TrainingJobName": "a", "HyperParameters": {"x": "1"}}"#).unwrap();
+        assert_eq!(own.submit_directory(), None);
+        assert_eq!(own.renamed("b").0["HyperParameters"]["x"], "1");
     }
 }

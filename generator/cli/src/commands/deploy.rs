@@ -9,7 +9,7 @@ use hetgen_deploy::{Transition, jobs, unique_name};
 use hetgen_env::TOKEN_VAR;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::{ensure_fresh, render_spec};
+use super::{ensure_fresh, render_spec, write_bundle};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
 
@@ -43,12 +43,29 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // A fresh token per submission, only in the request: never in a rendered file.
     let token = hetgen_deploy::job_token();
     let request = request.renamed(&name).with_environment(TOKEN_VAR, &token);
+    // On AWS's PyTorch image the code travels as a source bundle, uploaded before the job
+    // that downloads it is submitted.
+    let bundle = match request.submit_directory() {
+        Some(uri) => Some((write_bundle(&job, &args.spec, &args.out, &args.wheel)?, uri)),
+        None => None,
+    };
     if args.dry_run {
         println!("{}", request.as_json());
+        if let Some((bundle, uri)) = &bundle {
+            eprintln!("would upload {} to {uri}", bundle.archive.display());
+        }
         return Ok(ExitCode::SUCCESS);
     }
 
     super::block_on(async {
+        if let Some((bundle, uri)) = &bundle {
+            let s3 = hetgen_deploy::connect_s3(&args.aws.connection(), Some(&sm.region)).await?;
+            hetgen_deploy::upload::upload(&s3, &bundle.archive, uri).await?;
+            eprintln!(
+                "uploaded the source bundle ({:.1} MiB) to {uri}",
+                bundle.bytes as f64 / (1024.0 * 1024.0)
+            );
+        }
         let client = hetgen_deploy::connect(&args.aws.connection(), Some(&sm.region)).await?;
         let arn = jobs::submit(&client, &request).await?;
         println!("{arn}");

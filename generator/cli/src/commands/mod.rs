@@ -2,6 +2,7 @@
 //! module reaches into another).
 
 pub mod bench;
+pub mod bundle;
 pub mod completions;
 pub mod deploy;
 pub mod jobs;
@@ -105,6 +106,43 @@ pub fn render_spec(spec: &Path) -> Result<(hetgen_spec::Job, hetgen_render::Rend
     };
     let rendered = hetgen_render::render(&job, origin)?;
     Ok((job, rendered))
+}
+
+/// The hetgen wheel a source bundle ships: `--wheel`, else `HETGEN_WHEEL`, else the wheel
+/// `make wheel` builds into the target folder this hetgen was built in
+/// (`<target>/wheels/`, beside `<target>/debug/hetgen`).
+pub fn wheel_path(given: &crate::cli::WheelArgs) -> PathBuf {
+    if let Some(path) = &given.wheel {
+        return path.clone();
+    }
+    if let Some(path) = std::env::var_os("HETGEN_WHEEL").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_owned()))
+        .unwrap_or_default();
+    target.join("wheels").join(hetgen_render::wheel_file_name())
+}
+
+/// Writes the source bundle of `job` (rendered under `out`, from the spec at `spec`).
+pub fn write_bundle(
+    job: &Job,
+    spec: &Path,
+    out: &Path,
+    wheel: &crate::cli::WheelArgs,
+) -> Result<hetgen_render::bundle::Bundle, Failure> {
+    let wheel = wheel_path(wheel);
+    let inputs = hetgen_render::bundle::Inputs {
+        job,
+        spec_dir: spec_dir(spec),
+        out_dir: out,
+        wheel: &wheel,
+    };
+    Ok(hetgen_render::bundle::bundle(
+        &inputs,
+        &out.join(&job.name),
+    )?)
 }
 
 /// Build the rendered launcher crate, showing cargo's progress on one line.

@@ -543,3 +543,177 @@ fn each_submission_carries_a_fresh_job_token() {
     .unwrap();
     assert!(!rendered.contains("HETGEN_JOB_TOKEN"));
 }
+
+/// Runs `code` with boto3 from moto's own venv (beside `moto_server`) against `moto`, with
+/// `URL` bound to its endpoint; returns its stdout.
+fn boto3(moto: &Moto, code: &str) -> String {
+    let server = std::path::PathBuf::from(std::env::var("HETGEN_MOTO_SERVER").unwrap());
+    let python = server.parent().unwrap().join("python");
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(format!(
+            "import boto3, io, json, tarfile\nURL = {:?}\n\
+             s3 = boto3.client('s3', region_name='us-east-1', endpoint_url=URL, \
+             aws_access_key_id='testing', aws_secret_access_key='testing')\n{code}",
+            moto.url
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The pytorch example without `image_uri` (on AWS's PyTorch image), rendered, and a stand-in
+/// for the wheel: the upload moves bytes, python/tests installs the real wheel.
+fn framework_project() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let example = repo().join("examples/pytorch");
+    let spec: String = std::fs::read_to_string(example.join("hetgen.toml"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("image_uri"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.path().join("hetgen.toml"), spec).unwrap();
+    std::fs::copy(example.join("train.py"), dir.path().join("train.py")).unwrap();
+    let out = aws(&["render"], dir.path(), true);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let wheels = tempfile::tempdir().unwrap().keep();
+    let wheel = wheels.join(hetgen_render::wheel_file_name());
+    std::fs::write(&wheel, "the wheel's bytes").unwrap();
+    (dir, wheel)
+}
+
+#[test]
+fn a_job_on_aws_s_image_uploads_its_bundle_then_submits() {
+    let moto = Moto::start();
+    let (project, wheel) = framework_project();
+    boto3(&moto, "s3.create_bucket(Bucket='example-bucket')");
+    let out = aws(
+        &[
+            "deploy",
+            "--endpoint-url",
+            &moto.url,
+            "--wheel",
+            wheel.to_str().unwrap(),
+        ],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let name = stderr(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted training job `"))
+        .and_then(|l| l.split('`').next())
+        .expect("the job name is printed")
+        .to_owned();
+    let key = format!("{name}/source/sourcedir.tar.gz");
+    let members = boto3(
+        &moto,
+        &format!(
+            "body = s3.get_object(Bucket='example-bucket', Key={key:?})['Body'].read()\n\
+             tar = tarfile.open(fileobj=io.BytesIO(body), mode='r:gz')\n\
+             print(json.dumps({{m.name: tar.extractfile(m).read().decode() for m in tar}}))"
+        ),
+    );
+    let members: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&members).unwrap();
+    for file in [
+        "train.py",
+        "hetgen_launcher.py",
+        "requirements.txt",
+        "hetgen-job.json",
+    ] {
+        assert!(members.contains_key(file), "{file}: {:?}", members.keys());
+    }
+    assert_eq!(
+        members[&hetgen_render::wheel_file_name()],
+        "the wheel's bytes"
+    );
+
+    // The job that was submitted downloads exactly that object, under its own name.
+    let status = aws(
+        &[
+            "status",
+            &name,
+            "--format",
+            "json",
+            "--endpoint-url",
+            &moto.url,
+            "--region",
+            "us-east-1",
+        ],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    let described = boto3(
+        &moto,
+        &format!(
+            "sm = boto3.client('sagemaker', region_name='us-east-1', endpoint_url=URL, \
+             aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+             print(json.dumps(sm.describe_training_job(TrainingJobName={name:?})['HyperParameters']))"
+        ),
+    );
+    let hps: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(
+        hps["sagemaker_submit_directory"],
+        format!("\"s3://example-bucket/{key}\"")
+    );
+    assert_eq!(hps["sagemaker_job_name"], format!("\"{name}\""));
+}
+
+#[test]
+fn a_failed_upload_submits_nothing() {
+    let moto = Moto::start();
+    let (project, wheel) = framework_project();
+    // No bucket.
+    let out = aws(
+        &[
+            "deploy",
+            "--endpoint-url",
+            &moto.url,
+            "--wheel",
+            wheel.to_str().unwrap(),
+        ],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&out), 78, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no S3 bucket `example-bucket`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("submitted"), "{}", stderr(&out));
+    let jobs = boto3(
+        &moto,
+        "sm = boto3.client('sagemaker', region_name='us-east-1', endpoint_url=URL, \
+         aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+         print(len(sm.list_training_jobs()['TrainingJobSummaries']))",
+    );
+    assert_eq!(jobs.trim(), "0");
+
+    // Without a wheel there is no bundle, and nothing is sent at all.
+    let out = aws(
+        &[
+            "deploy",
+            "--endpoint-url",
+            &moto.url,
+            "--wheel",
+            "/nonexistent/x.whl",
+        ],
+        project.path(),
+        true,
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no hetgen wheel at /nonexistent/x.whl"),
+        "{}",
+        stderr(&out)
+    );
+}
