@@ -112,6 +112,17 @@ pub enum LocalError {
         )
     )]
     NoTorchrun { script: String },
+    /// A job on AWS's PyTorch image needs that image's start-up code here.
+    #[error(
+        "the job runs on AWS's PyTorch image, whose hosts start through AWS's training toolkit (`train`), hetgen's launcher (`hetgen-launcher`) and `torchrun`: no Python environment on PATH has all three"
+    )]
+    #[diagnostic(
+        code("hetgen::local::no-toolkit"),
+        help(
+            "in a hetgen checkout, `scripts/torch-env.sh && make wheel` makes one (~/.cache/hetgen/torch); elsewhere `pip install torch sagemaker-training sagemaker-pytorch-training hetgen-*.whl` into the environment on PATH, or point HETGEN_TORCH_VENV at one"
+        )
+    )]
+    NoToolkit,
     /// The script's source folder is missing.
     #[error("the trainer's `source_dir` `{}` is not a folder", path.display())]
     #[diagnostic(code("hetgen::local::source-dir"))]
@@ -136,6 +147,7 @@ impl LocalError {
                 | LocalError::RuntimeSource { .. }
                 | LocalError::Launcher { .. }
                 | LocalError::NoTorchrun { .. }
+                | LocalError::NoToolkit
         )
     }
 }

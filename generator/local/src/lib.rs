@@ -31,6 +31,7 @@
 
 pub mod cpus;
 mod error;
+pub mod framework;
 pub mod launcher;
 pub mod layout;
 pub mod record;
@@ -47,6 +48,7 @@ use hetgen_spec::model::Role;
 
 pub use cpus::CpuPolicy;
 pub use error::LocalError;
+pub use framework::FrameworkRun;
 pub use launcher::LauncherBuild;
 pub use layout::{Cluster, Host, JobEnvironment, Layout};
 pub use record::{HostRecord, JobRecord};
@@ -77,6 +79,9 @@ pub struct RunOptions {
     /// Seeds the host shuffle; `None` for a fresh one per run. The loopback block is always
     /// fresh, so that runs at the same time never share addresses, seeded or not.
     pub seed: Option<u64>,
+    /// A job on AWS's PyTorch image: every host starts through AWS's training toolkit, from
+    /// the source bundle, instead of running `launcher` ([`framework`]).
+    pub framework: Option<FrameworkRun>,
 }
 
 /// A run set up on disk, ready to start.
@@ -92,6 +97,8 @@ pub struct LocalJob {
     pub launcher: PathBuf,
     /// Max runtime and grace period.
     pub limits: Limits,
+    /// What the caller should know about how the run differs from SageMaker.
+    pub notes: Vec<String>,
 }
 
 /// The spec's max runtime, when it has a `[sagemaker]` section.
@@ -130,6 +137,26 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     if let Some(script) = job.trainer.script() {
         script_environment(script, &options.spec_dir, &mut inherited, &mut variables)?;
     }
+    // On AWS's image every host runs the toolkit's `train`, from the environment that has it.
+    let toolkit = match &options.framework {
+        Some(_) => {
+            let path = inherited.get("PATH").cloned().unwrap_or_default();
+            let bin = framework::toolkit_bin(&path)?;
+            let mut dirs = vec![bin.clone()];
+            dirs.extend(std::env::split_paths(&path).filter(|d| *d != bin));
+            let path = std::env::join_paths(dirs).map_err(|_| LocalError::NoToolkit)?;
+            inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+            variables.insert(
+                0,
+                (
+                    "SAGEMAKER_TRAINING_MODULE".to_owned(),
+                    framework::TRAINING_MODULE.to_owned(),
+                ),
+            );
+            Some(bin.join("train"))
+        }
+        None => None,
+    };
     let port = variables
         .iter()
         .rev()
@@ -149,9 +176,35 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     let job_dir = absolute(&options.job_dir);
     // Hosts run in their own trees, so a relative program path would name nothing there.
     let launcher = absolute(&options.launcher);
-    let layout = Layout::new(job, cluster, channels, job_dir);
+    let mut layout = Layout::new(job, cluster, channels, job_dir);
+    if let Some(run) = &options.framework {
+        layout.hyperparameters = run.hyperparameters();
+    }
     let cpu_sets = cpus::allot(options.cpus, &layout.cluster.hosts, &cpus::available())?;
     layout.write()?;
+    let mut notes = Vec::new();
+    let hosts_binding = match &toolkit {
+        Some(_) => {
+            let file = layout.job_dir.join("etc-hosts");
+            let text = framework::etc_hosts(&layout.cluster.hosts_file());
+            std::fs::write(&file, text).map_err(|source| LocalError::Write {
+                path: file.clone(),
+                source,
+            })?;
+            if framework::can_bind_hosts(&file) {
+                Some(framework::HostsBinding::new(&file))
+            } else {
+                notes.push(
+                    "no private mount namespace here (it needs root): the toolkit's wait for \
+                     host names is skipped (SM_STUDIO_LOCAL_MODE=true)"
+                        .to_owned(),
+                );
+                variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
+                None
+            }
+        }
+        None => None,
+    };
 
     let shared = JobEnvironment {
         inherited,
@@ -166,19 +219,26 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .zip(cpu_sets)
         .map(|(host, cpus)| HostCommand {
             host: host.clone(),
-            program: launcher.clone(),
-            args: vec!["train".to_owned()],
+            // SageMaker runs `IMAGE train`: hetgen's launcher in hetgen's image, the toolkit's
+            // `train` in AWS's.
+            program: toolkit.clone().unwrap_or_else(|| launcher.clone()),
+            args: match toolkit {
+                Some(_) => Vec::new(),
+                None => vec!["train".to_owned()],
+            },
             env: layout.environment(host, &shared),
             base_dir: layout.host_dir(host),
             cpus,
+            hosts_binding: hosts_binding.clone(),
         })
         .collect();
     Ok(LocalJob {
         name: job.name.clone(),
         layout,
         commands,
-        launcher,
+        launcher: toolkit.unwrap_or(launcher),
         limits: options.limits,
+        notes,
     })
 }
 

@@ -51,6 +51,8 @@ pub struct HostCommand {
     pub base_dir: PathBuf,
     /// Cores it may run on; `None` for all.
     pub cpus: Option<Vec<usize>>,
+    /// A hosts file the host sees as `/etc/hosts` (in a mount namespace of its own).
+    pub hosts_binding: Option<crate::framework::HostsBinding>,
 }
 
 impl HostCommand {
@@ -400,12 +402,16 @@ fn spawn(i: usize, command: &HostCommand, tx: &Sender<Event>) -> Result<u32, Loc
     #[cfg(target_os = "linux")]
     {
         let cpus = command.cpus.as_deref().map(crate::cpus::cpu_set);
+        let hosts = command.hosts_binding.clone();
         // SAFETY: between fork and exec the closure makes only system calls.
         unsafe {
             cmd.pre_exec(move || {
                 // If hetgen itself is killed outright, the host's leader dies with it.
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(hosts) = &hosts {
+                    hosts.apply()?;
                 }
                 match &cpus {
                     Some(set) => crate::cpus::pin(set),

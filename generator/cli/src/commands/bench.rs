@@ -174,6 +174,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
                 grace: Duration::from_secs(10),
             },
             seed: Some(1),
+            framework: None,
         };
         let mut local = hetgen_local::prepare(job, options)?;
         for command in &mut local.commands {

@@ -10,11 +10,12 @@ use std::time::SystemTime;
 
 use hetgen_local::supervise::Status;
 use hetgen_local::{
-    CpuPolicy, Exit, Host, JobRecord, Limits, Observer, RunOptions, Step, StopRequests, Stream,
+    CpuPolicy, Exit, FrameworkRun, Host, JobRecord, Limits, Observer, RunOptions, Step,
+    StopRequests, Stream,
 };
 use indicatif::ProgressBar;
 
-use super::{build_launcher, ensure_fresh, render_spec, spinner};
+use super::{build_launcher, ensure_fresh, render_spec, spinner, write_bundle};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
 
@@ -25,9 +26,22 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     ensure_fresh(&rendered, &args.out)?;
     let job_root = args.out.join(&rendered.dir);
 
-    let launcher = match &local.launcher {
-        Some(path) => hetgen_local::launcher::check_executable(path)?,
-        None => build_launcher(&job_root, local.release)?,
+    // On AWS's PyTorch image the hosts start through AWS's training toolkit, from the source
+    // bundle; on hetgen's own image, with the launcher built from the rendered crate.
+    let framework = match job.sagemaker.as_ref().filter(|sm| sm.framework.is_some()) {
+        Some(sm) => {
+            let bundle = write_bundle(&job, &args.spec, &args.out, &args.wheel)?;
+            Some(FrameworkRun {
+                bundle: std::path::absolute(&bundle.archive).unwrap_or(bundle.archive),
+                hyperparameters: hetgen_render::request::hyperparameters(&job, sm),
+            })
+        }
+        None => None,
+    };
+    let launcher = match (&local.launcher, &framework) {
+        (Some(path), _) => hetgen_local::launcher::check_executable(path)?,
+        (None, Some(_)) => std::path::PathBuf::new(),
+        (None, None) => build_launcher(&job_root, local.release)?,
     };
     let env = local
         .env
@@ -59,8 +73,12 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             grace: local.grace,
         },
         seed: local.seed,
+        framework,
     };
     let prepared = hetgen_local::prepare(&job, options)?;
+    for note in &prepared.notes {
+        eprintln!("note: {note}");
+    }
     eprintln!(
         "local job `{}` in {}",
         prepared.name,

@@ -71,6 +71,7 @@ pub fn options(dir: &Path, launcher: &Path) -> RunOptions {
             grace: Duration::from_secs(1),
         },
         seed: Some(7),
+        framework: None,
     }
 }
 

@@ -72,6 +72,7 @@ pub fn prepare_with_env(job: &Job, dir: &Path, seed: u64, env: Vec<(String, Stri
             grace: Duration::from_secs(5),
         },
         seed: Some(seed),
+        framework: None,
     };
     hetgen_local::prepare(job, options).unwrap()
 }
