@@ -11,17 +11,20 @@
 //! `SAGEMAKER_BASE_DIR` stands for `/opt/ml` and that the bundle is a local file instead of an
 //! S3 object, both of which the toolkit supports.
 //!
-//! # Host names
+//! # Each host a small container
 //!
 //! The toolkit resolves every host's name through the system resolver (its DNS wait), where
 //! hetgen's runtime reads `HETGEN_HOSTS_FILE`. Each host process therefore starts in a private
 //! mount namespace in which a hosts file of its own (the machine's `/etc/hosts` plus one line
 //! per simulated host) is bound over `/etc/hosts`, so `algo-N` resolves to its loopback
 //! address for that process and its children alone: the machine's `/etc/hosts` is never
-//! touched. That needs `CAP_SYS_ADMIN` (root, as in containers and CI). Without it the hosts
-//! get `SM_STUDIO_LOCAL_MODE=true` instead, the toolkit's own switch that skips its DNS wait,
-//! and the run says so: hetgen's launcher, which starts torchrun and reaches the data servers,
-//! resolves names through `HETGEN_HOSTS_FILE` either way.
+//! touched. It also gets a PID namespace of its own (`unshare --pid --fork`), in which `train`
+//! is process 1 as in the container: when it ends, the kernel ends everything the host
+//! started, torchrun's workers in their own process group included, as the container's end
+//! does on SageMaker. Both need `CAP_SYS_ADMIN` (root, as in containers and CI). Without it
+//! the hosts get `SM_STUDIO_LOCAL_MODE=true` instead, the toolkit's own switch that skips its
+//! DNS wait, and the run says so: hetgen's launcher, which starts torchrun and reaches the data
+//! servers, resolves names through `HETGEN_HOSTS_FILE` either way.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -135,11 +138,39 @@ impl HostsBinding {
     }
 }
 
-/// Whether this process may give a child its own `/etc/hosts` (tried on `true`).
-pub fn can_bind_hosts(file: &Path) -> bool {
+/// `unshare --pid --fork --kill-child PROGRAM`: `PROGRAM` as process 1 of a PID namespace of
+/// its own (util-linux's `unshare` waits for it, passing its exit status on, and ignores the
+/// SIGTERM meant for the host while it does).
+pub fn in_pid_namespace(unshare: &Path, program: &Path) -> (PathBuf, Vec<String>) {
+    (
+        unshare.to_owned(),
+        vec![
+            "--pid".to_owned(),
+            "--fork".to_owned(),
+            "--kill-child".to_owned(),
+            program.display().to_string(),
+        ],
+    )
+}
+
+/// util-linux's `unshare`, on `path`.
+pub fn find_unshare(path: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
+        .map(|d| d.join("unshare"))
+        .find(|p| p.is_file())
+}
+
+/// Whether this process may make a host a container: its own `/etc/hosts` and PID namespace
+/// (tried on `true`).
+pub fn can_contain(unshare: &Path, file: &Path) -> bool {
     use std::os::unix::process::CommandExt;
     let binding = HostsBinding::new(file);
-    let mut probe = std::process::Command::new("true");
+    let (program, mut args) = in_pid_namespace(unshare, Path::new("true"));
+    args.pop();
+    args.push("true".to_owned());
+    let mut probe = std::process::Command::new(program);
+    probe.args(args);
     // SAFETY: `apply` makes only system calls.
     unsafe {
         probe.pre_exec(move || binding.apply());

@@ -191,12 +191,15 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
                 path: file.clone(),
                 source,
             })?;
-            if framework::can_bind_hosts(&file) {
-                Some(framework::HostsBinding::new(&file))
+            let path = inherited.get("PATH").cloned().unwrap_or_default();
+            let unshare = framework::find_unshare(&path);
+            if let Some(unshare) = unshare.filter(|u| framework::can_contain(u, &file)) {
+                Some((framework::HostsBinding::new(&file), unshare))
             } else {
                 notes.push(
-                    "no private mount namespace here (it needs root): the toolkit's wait for \
-                     host names is skipped (SM_STUDIO_LOCAL_MODE=true)"
+                    "hosts cannot have namespaces of their own here (that needs root and \
+                     util-linux's `unshare`): the toolkit's wait for host names is skipped \
+                     (SM_STUDIO_LOCAL_MODE=true)"
                         .to_owned(),
                 );
                 variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
@@ -217,19 +220,23 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .hosts
         .iter()
         .zip(cpu_sets)
-        .map(|(host, cpus)| HostCommand {
-            host: host.clone(),
+        .map(|(host, cpus)| {
             // SageMaker runs `IMAGE train`: hetgen's launcher in hetgen's image, the toolkit's
-            // `train` in AWS's.
-            program: toolkit.clone().unwrap_or_else(|| launcher.clone()),
-            args: match toolkit {
-                Some(_) => Vec::new(),
-                None => vec!["train".to_owned()],
-            },
-            env: layout.environment(host, &shared),
-            base_dir: layout.host_dir(host),
-            cpus,
-            hosts_binding: hosts_binding.clone(),
+            // `train` in AWS's (contained where it can be).
+            let (program, args) = match (&toolkit, &hosts_binding) {
+                (Some(train), Some((_, unshare))) => framework::in_pid_namespace(unshare, train),
+                (Some(train), None) => (train.clone(), Vec::new()),
+                (None, _) => (launcher.clone(), vec!["train".to_owned()]),
+            };
+            HostCommand {
+                host: host.clone(),
+                program,
+                args,
+                env: layout.environment(host, &shared),
+                base_dir: layout.host_dir(host),
+                cpus,
+                hosts_binding: hosts_binding.as_ref().map(|(b, _)| b.clone()),
+            }
         })
         .collect();
     Ok(LocalJob {
