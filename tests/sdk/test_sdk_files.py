@@ -6,17 +6,27 @@ real SDK from its own venv (requirements/sdk3.txt, requirements/sdk2.txt), again
 with request recording on. The CreateTrainingJob request moto received is compared with
 `create-training-job.json` member by member. What may differ is listed below, per SDK, with the
 exact value it must have; the rendered files say the same in their docstrings.
+
+A script-mode example without `image_uri` runs on AWS's PyTorch image: `hetgen bundle` writes
+its source bundle first (with the wheel `make test` built, HETGEN_WHEEL), the SDK uploads it to
+moto's S3, and the test reads the uploaded archive back: the script, hetgen's entry point and
+requirements, the job file and the very wheel that was built.
 """
 
 import base64
+import hashlib
+import io
 import json
 import os
 import pathlib
 import re
 import socket
 import subprocess
+import tarfile
 import time
 import tomllib
+
+import boto3
 
 import pytest
 
@@ -26,6 +36,30 @@ EXAMPLES = sorted(p for p in [*(REPO / "examples").glob("*.toml"),
                               *(REPO / "examples").glob("*/hetgen.toml")]
                   if "sagemaker" in tomllib.loads(p.read_text()))
 TOKEN_VAR = "HETGEN_JOB_TOKEN"
+# The files hetgen adds to a source bundle beside the user's.
+BUNDLE_FILES = {"hetgen_launcher.py", "requirements.txt", "hetgen-job.json"}
+
+
+def on_aws_image(spec):
+    """A script without `image_uri`: the job runs on AWS's PyTorch training image."""
+    return "script" in spec.get("trainer", {}) and "image_uri" not in spec["sagemaker"]
+
+
+def sdk3_framework_additions(request):
+    """What SDK 3.x's ModelTrainer sends for a job on AWS's image beyond the rendered request
+    (estimator.py's docstring says why): its own driver, the bundle and its drivers as
+    channels, only the user's hyperparameters, and no metrics time series."""
+    algorithm = dict(request["AlgorithmSpecification"])
+    del algorithm["EnableSageMakerMetricsTimeSeries"]
+    algorithm["ContainerEntrypoint"] = ["/bin/bash"]
+    algorithm["ContainerArguments"] = [
+        "-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && "
+        "/opt/ml/input/data/sm_drivers/sm_train.sh"]
+    # ModelTrainer sends strings as they are and JSON-encodes other values.
+    user = {k: v if not isinstance(json.loads(v), str) else json.loads(v)
+            for k, v in request.get("HyperParameters", {}).items()
+            if not k.startswith("sagemaker_")}
+    return {"AlgorithmSpecification": algorithm, "HyperParameters": user}
 
 
 class Sdk:
@@ -94,6 +128,10 @@ def sent_requests(recording):
     """The CreateTrainingJob bodies moto recorded, in order."""
     bodies = []
     for line in recording.read_text().splitlines():
+        # Only SageMaker calls are parsed: moto records uploads made in parallel (SDK 3.x
+        # uploads the bundle's files on several threads) as lines that may run into each other.
+        if "SageMaker.CreateTrainingJob" not in line:
+            continue
         entry = json.loads(line)
         if entry["headers"].get("X-Amz-Target") != "SageMaker.CreateTrainingJob":
             continue
@@ -141,6 +179,31 @@ def submit(sdk, job_dir, moto_url, home):
     assert run.returncode == 0, f"python {sdk.file} failed:\n{run.stdout}\n{run.stderr}"
 
 
+def bundle(hetgen_bin, example, out):
+    """`hetgen bundle` with the wheel the suite built."""
+    wheel = os.environ.get("HETGEN_WHEEL")
+    if not wheel:
+        pytest.fail("HETGEN_WHEEL is not set: point it at the built hetgen wheel (make test does)")
+    run = subprocess.run([hetgen_bin, "bundle", str(example), "--out", str(out), "--wheel", wheel],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"hetgen bundle failed:\n{run.stderr}"
+    return pathlib.Path(wheel)
+
+
+def s3(moto_url):
+    return boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url,
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def uploaded_members(moto_url, uri):
+    """The files of the gzip tar at `s3://bucket/key` in moto: {name: bytes}."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    body = s3(moto_url).get_object(Bucket=bucket, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        return {m.name.removeprefix("./"): tar.extractfile(m).read()
+                for m in tar.getmembers() if m.isfile()}
+
+
 @pytest.mark.parametrize("sdk", SDKS)
 @pytest.mark.parametrize("example", EXAMPLES or [None], ids=lambda p: p.stem if p else "none")
 def test_sdk_file_sends_the_rendered_request(example, sdk, moto, tmp_path, hetgen_bin):
@@ -152,7 +215,13 @@ def test_sdk_file_sends_the_rendered_request(example, sdk, moto, tmp_path, hetge
     assert render.returncode == 0, f"hetgen render failed:\n{render.stderr}"
     [job_dir] = (tmp_path / "build").iterdir()
     want = json.loads((job_dir / "create-training-job.json").read_text())
-    fixed_name = tomllib.loads(example.read_text())["job"].get("fixed_name", False)
+    spec = tomllib.loads(example.read_text())
+    fixed_name = spec["job"].get("fixed_name", False)
+    framework = on_aws_image(spec)
+    if framework:
+        wheel = bundle(hetgen_bin, example, tmp_path / "build")
+        bucket = json.loads(want["HyperParameters"]["sagemaker_submit_directory"])
+        s3(moto_url).create_bucket(Bucket=bucket.removeprefix("s3://").split("/")[0])
 
     recording.write_text("")
     (tmp_path / "home").mkdir()
@@ -173,10 +242,43 @@ def test_sdk_file_sends_the_rendered_request(example, sdk, moto, tmp_path, hetge
         match = re.fullmatch(r"(.+)" + sdk.name_suffix, name)
         assert match and wanted.startswith(match[1]) and len(name) <= 63, name
 
+    if framework and sdk.file == "estimator_sdk2.py":
+        # The SDK names the job, then writes that name into the script-mode hyperparameters
+        # and uploads the bundle under it, as `hetgen deploy` does.
+        hps = got["HyperParameters"]
+        assert json.loads(hps["sagemaker_job_name"]) == name
+        submitted = json.loads(hps["sagemaker_submit_directory"])
+        assert submitted == json.loads(want["HyperParameters"]["sagemaker_submit_directory"]) \
+            .replace(f"/{wanted}/source/", f"/{name}/source/")
+        hps["sagemaker_job_name"] = want["HyperParameters"]["sagemaker_job_name"]
+        hps["sagemaker_submit_directory"] = want["HyperParameters"]["sagemaker_submit_directory"]
+        check_bundle(uploaded_members(moto_url, submitted), example, wheel)
+    if framework and sdk.file == "estimator.py":
+        channels = got["InputDataConfig"][-2:]
+        assert [c["ChannelName"] for c in channels] == ["code", "sm_drivers"]
+        del got["InputDataConfig"][-2:]
+        want.update(sdk3_framework_additions(want))
+        if not want["HyperParameters"]:
+            del want["HyperParameters"]
+
     additions = sdk.additions(want)
     for member, value in additions.items():
         assert got.pop(member, None) == value, f"{member} should be {value!r}"
     assert differences(got, want) == []
+
+
+def check_bundle(members, example, wheel):
+    """The uploaded bundle holds the user's script, hetgen's files and the built wheel."""
+    spec = tomllib.loads(example.read_text())
+    script = spec["trainer"]["script"]
+    assert script in members, sorted(members)
+    source = example.parent / spec["trainer"].get("source_dir", ".")
+    assert members[script] == (source / script).read_bytes()
+    assert BUNDLE_FILES <= set(members), sorted(members)
+    assert members[wheel.name] and \
+        hashlib.sha256(members[wheel.name]).digest() == hashlib.sha256(wheel.read_bytes()).digest()
+    assert f"./{wheel.name}" in members["requirements.txt"].decode().splitlines()
+    assert not any(m.startswith(("build/", ".")) for m in members), sorted(members)
 
 
 def test_differences_name_each_member():
