@@ -297,6 +297,8 @@ fn script_environment(
             rendezvous.to_string(),
         ),
         ("GLOO_SOCKET_IFNAME".to_owned(), "lo".to_owned()),
+        // NCCL's bootstrap too: the simulated hosts' addresses are on the loopback interface.
+        ("NCCL_SOCKET_IFNAME".to_owned(), "lo".to_owned()),
     ];
     ours.append(variables);
     *variables = ours;
