@@ -79,6 +79,28 @@ pub enum DeployError {
         )
     )]
     NoBucket { bucket: String },
+    /// S3 refused the source bundle: the caller may not write there.
+    #[error("access to {uri} denied: {message}")]
+    #[diagnostic(
+        code("hetgen::aws::upload-denied"),
+        help(
+            "the caller needs `s3:PutObject` on `{uri}` (and the bucket's policy must allow it), or set `[sagemaker] code_location` to a bucket it may write"
+        )
+    )]
+    UploadDenied { uri: String, message: String },
+    /// The bundle's bucket is in another region than the job.
+    #[error("S3 bucket `{bucket}` is not in the job's region `{region}`: {message}")]
+    #[diagnostic(
+        code("hetgen::aws::bucket-region"),
+        help(
+            "SageMaker reads a job's code from its own region: set `[sagemaker] code_location` to a bucket in `{region}`, or run the job where the bucket is"
+        )
+    )]
+    BucketElsewhere {
+        bucket: String,
+        region: String,
+        message: String,
+    },
     /// Uploading the source bundle failed.
     #[error("uploading the source bundle to {uri} failed: {message}")]
     #[diagnostic(
@@ -108,6 +130,8 @@ impl DeployError {
                 | DeployError::NoRegion
                 | DeployError::AccessDenied { .. }
                 | DeployError::NoBucket { .. }
+                | DeployError::UploadDenied { .. }
+                | DeployError::BucketElsewhere { .. }
         )
     }
 

@@ -7,7 +7,9 @@
 //! the render output folder, names starting with `.` (`.git`, `.venv`, …), `__pycache__`, and
 //! the local folders of the job's channels, which are data, shipped as channels. Symbolic
 //! links are followed: the bundle holds what they point to, as a user who ships the folder
-//! expects, since nothing outside the bundle exists on the instance.
+//! expects, since nothing outside the bundle exists on the instance. A link to a folder that
+//! contains it (`self -> .`) would hold itself forever, so it is left out; a link to nothing is
+//! an error, since the script may need what it meant to point to.
 //!
 //! [`bundle`] writes both forms under `build/<job>/`: the folder `sourcedir/` (what the SDK
 //! files hand to the SDK as `source_dir`) and the archive `sourcedir.tar.gz` (what `hetgen
@@ -22,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use hetgen_spec::Job;
 use hetgen_spec::framework::{JOB_FILE, PROGRAM};
+use hetgen_spec::model::ScriptTrainer;
 
 use crate::{bundle_requirements, wheel_file_name};
 
@@ -75,6 +78,18 @@ pub enum BundleError {
         /// The job.
         job: String,
     },
+    /// The job has nowhere to run but here.
+    #[error("`{job}` has no `[sagemaker]` section: it has no source bundle")]
+    #[diagnostic(
+        code(hetgen::bundle::no_sagemaker),
+        help(
+            "a `script` trainer runs on AWS's PyTorch image with a `[sagemaker]` section that has `region`, `role_arn` and `output_path` and no `image_uri`"
+        )
+    )]
+    NoSageMaker {
+        /// The job.
+        job: String,
+    },
     /// No wheel at the path given.
     #[error("no hetgen wheel at {}", path.display())]
     #[diagnostic(
@@ -120,6 +135,18 @@ pub enum BundleError {
         /// The missing file.
         path: PathBuf,
     },
+    /// A symbolic link in `source_dir` points to nothing.
+    #[error("{} is a symbolic link to nothing", path.display())]
+    #[diagnostic(
+        code(hetgen::bundle::broken_link),
+        help(
+            "the bundle holds what links point to: point it at a file or folder, or remove it (names starting with `.` are left out)"
+        )
+    )]
+    BrokenLink {
+        /// The link.
+        path: PathBuf,
+    },
     /// Reading or writing failed.
     #[error("{}: {source}", path.display())]
     #[diagnostic(code(hetgen::bundle::io))]
@@ -143,6 +170,22 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
 struct Entry {
     from: PathBuf,
     executable: bool,
+}
+
+/// The script of a job that has a source bundle: one on AWS's PyTorch image. Callers check
+/// it before anything else, so that a job without one is told so first.
+pub fn script(job: &Job) -> Result<&ScriptTrainer, BundleError> {
+    let Some(sm) = &job.sagemaker else {
+        return Err(BundleError::NoSageMaker {
+            job: job.name.clone(),
+        });
+    };
+    match (job.trainer.script(), &sm.framework) {
+        (Some(script), Some(_)) => Ok(script),
+        _ => Err(BundleError::NotFramework {
+            job: job.name.clone(),
+        }),
+    }
 }
 
 /// Writes the bundle of the job rendered in `job_dir` (`build/<job>/`).
@@ -177,14 +220,7 @@ pub fn bundle(inputs: &Inputs<'_>, job_dir: &Path) -> Result<Bundle, BundleError
 /// Every file of the bundle, by its path in the archive, sorted.
 fn entries(inputs: &Inputs<'_>, job_dir: &Path) -> Result<BTreeMap<String, Entry>, BundleError> {
     let job = inputs.job;
-    let (Some(script), Some(_)) = (
-        job.trainer.script(),
-        job.sagemaker.as_ref().and_then(|sm| sm.framework.as_ref()),
-    ) else {
-        return Err(BundleError::NotFramework {
-            job: job.name.clone(),
-        });
-    };
+    let script = script(job)?;
     let wheel_name = wheel_file_name();
     if !inputs.wheel.is_file() {
         return Err(BundleError::NoWheel {
@@ -208,7 +244,7 @@ fn entries(inputs: &Inputs<'_>, job_dir: &Path) -> Result<BTreeMap<String, Entry
         .collect();
     skip.extend(inputs.out_dir.canonicalize().ok());
     let mut user = BTreeMap::new();
-    collect(&source, &source, &skip, &mut BTreeSet::new(), &mut user)?;
+    collect(&source, &source, &skip, &mut Vec::new(), &mut user)?;
 
     // A root `requirements.txt` of the user's travels under another name when the spec names
     // it; any other would silently be replaced by hetgen's.
@@ -259,18 +295,21 @@ fn entries(inputs: &Inputs<'_>, job_dir: &Path) -> Result<BTreeMap<String, Entry
 }
 
 /// Adds the files under `dir` to `out`, by their `/`-separated path relative to `root`.
+/// `above` holds the real folders `dir` is in.
 fn collect(
     root: &Path,
     dir: &Path,
     skip: &BTreeSet<PathBuf>,
-    seen: &mut BTreeSet<PathBuf>,
+    above: &mut Vec<PathBuf>,
     out: &mut BTreeMap<String, Entry>,
 ) -> Result<(), BundleError> {
-    // A link back up the tree would recurse forever: each real folder is walked once.
+    // Only a link to a folder that contains it would recurse forever; two links to one
+    // folder elsewhere both ship it, as a copy of the tree would.
     let real = dir.canonicalize().map_err(io(dir))?;
-    if !seen.insert(real.clone()) || skip.contains(&real) {
+    if above.contains(&real) || skip.contains(&real) {
         return Ok(());
     }
+    above.push(real);
     for item in std::fs::read_dir(dir).map_err(io(dir))? {
         let item = item.map_err(io(dir))?;
         let name = item.file_name();
@@ -283,9 +322,14 @@ fn collect(
         }
         let path = item.path();
         // `metadata` follows links: the bundle holds what they point to.
-        let meta = std::fs::metadata(&path).map_err(io(&path))?;
+        let meta = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.is_symlink() => {
+                return Err(BundleError::BrokenLink { path });
+            }
+            meta => meta.map_err(io(&path))?,
+        };
         if meta.is_dir() {
-            collect(root, &path, skip, seen, out)?;
+            collect(root, &path, skip, above, out)?;
         } else if meta.is_file() {
             let relative = path
                 .strip_prefix(root)
@@ -303,6 +347,7 @@ fn collect(
             );
         }
     }
+    above.pop();
     Ok(())
 }
 
@@ -336,4 +381,49 @@ fn write_archive(entries: &BTreeMap<String, Entry>, path: &Path) -> Result<(), B
     let gzip = tar.into_inner().map_err(io(path))?;
     let mut file = gzip.finish().map_err(io(path))?;
     file.flush().map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn files(root: &Path) -> Result<Vec<String>, BundleError> {
+        let mut out = BTreeMap::new();
+        collect(root, root, &BTreeSet::new(), &mut Vec::new(), &mut out)?;
+        Ok(out.into_keys().collect())
+    }
+
+    #[test]
+    fn links_ship_what_they_point_to_but_never_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("code");
+        let shared = dir.path().join("shared");
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::write(shared.join("util.py"), "").unwrap();
+        std::fs::write(root.join("lib/model.py"), "").unwrap();
+        // Outside the folder: shipped, twice over two links.
+        symlink(&shared, root.join("a")).unwrap();
+        symlink(&shared, root.join("lib/b")).unwrap();
+        symlink(shared.join("util.py"), root.join("util.py")).unwrap();
+        // Loops: left out, wherever they point up to.
+        symlink(".", root.join("self")).unwrap();
+        symlink("..", root.join("lib/up")).unwrap();
+        assert_eq!(
+            files(&root).unwrap(),
+            ["a/util.py", "lib/b/util.py", "lib/model.py", "util.py"]
+        );
+
+        symlink("missing.py", root.join("gone.py")).unwrap();
+        let err = files(&root).unwrap_err();
+        assert!(
+            matches!(&err, BundleError::BrokenLink { path } if path == &root.join("gone.py")),
+            "{err}"
+        );
+        // A dot-name is never looked at, broken or not (an editor's lock file).
+        std::fs::remove_file(root.join("gone.py")).unwrap();
+        symlink("nobody@host", root.join(".#model.py")).unwrap();
+        assert_eq!(files(&root).unwrap().len(), 4);
+    }
 }

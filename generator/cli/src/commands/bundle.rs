@@ -9,6 +9,8 @@ use crate::exit::Failure;
 
 pub fn run(args: &BundleArgs) -> Result<ExitCode, Failure> {
     let (job, rendered) = render_spec(&args.spec)?;
+    // A job without a bundle is told so, not that its rendered files are stale.
+    hetgen_render::bundle::script(&job)?;
     // The bundle carries rendered files (the entry point, requirements, job.json): they must
     // be the spec's.
     ensure_fresh(&rendered, &args.out)?;

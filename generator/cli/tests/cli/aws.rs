@@ -634,6 +634,15 @@ fn a_job_on_aws_s_image_uploads_its_bundle_then_submits() {
         members[&hetgen_render::wheel_file_name()],
         "the wheel's bytes"
     );
+    // A gzip file as such, not a tar that HTTP clients should unpack on the way.
+    let head = boto3(
+        &moto,
+        &format!(
+            "h = s3.head_object(Bucket='example-bucket', Key={key:?})\n\
+             print(h['ContentType'], h.get('ContentEncoding'))"
+        ),
+    );
+    assert_eq!(head.trim(), "application/gzip None");
 
     // The job that was submitted downloads exactly that object, under its own name.
     let status = aws(
@@ -716,4 +725,105 @@ fn a_failed_upload_submits_nothing() {
         "{}",
         stderr(&out)
     );
+}
+
+/// `hetgen bundle` as `deploy` sources its wheel: `--wheel`, else `HETGEN_WHEEL`, else the
+/// target folder's `wheels/` beside this hetgen.
+fn bundle(project: &Path, wheel_flag: Option<&Path>, wheel_env: Option<&Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
+    cmd.arg("bundle")
+        .current_dir(project)
+        .env("NO_COLOR", "1")
+        .env_remove("HETGEN_WHEEL");
+    if let Some(wheel) = wheel_flag {
+        cmd.arg("--wheel").arg(wheel);
+    }
+    if let Some(wheel) = wheel_env {
+        cmd.env("HETGEN_WHEEL", wheel);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn bundle_writes_the_archive_and_its_folder_with_the_wheel_it_finds() {
+    let (project, wheel) = framework_project();
+    let out = bundle(project.path(), Some(&wheel), None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The archive's path alone on stdout, for scripts.
+    assert_eq!(stdout(&out), "build/pytorch-digits/sourcedir.tar.gz\n");
+    assert!(
+        stderr(&out).starts_with("bundled `pytorch-digits`: "),
+        "{}",
+        stderr(&out)
+    );
+    let job = project.path().join("build/pytorch-digits");
+    let archive = std::fs::read(job.join("sourcedir.tar.gz")).unwrap();
+    assert_eq!(&archive[..2], b"\x1f\x8b", "a gzip file");
+    let folder = job.join("sourcedir");
+    for file in [
+        "train.py",
+        "hetgen_launcher.py",
+        "requirements.txt",
+        "hetgen-job.json",
+    ] {
+        assert!(folder.join(file).is_file(), "{file}");
+    }
+    let shipped = folder.join(hetgen_render::wheel_file_name());
+    assert_eq!(std::fs::read(&shipped).unwrap(), b"the wheel's bytes");
+
+    // The same wheel through the environment gives the same bytes.
+    let out = bundle(project.path(), None, Some(&wheel));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(job.join("sourcedir.tar.gz")).unwrap(),
+        archive
+    );
+
+    // Else the one `make wheel` leaves beside this hetgen, if it is there.
+    let beside = Path::new(env!("CARGO_BIN_EXE_hetgen"))
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("wheels")
+        .join(hetgen_render::wheel_file_name());
+    let out = bundle(project.path(), None, None);
+    if beside.is_file() {
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(
+            std::fs::read(&shipped).unwrap(),
+            std::fs::read(&beside).unwrap()
+        );
+    } else {
+        assert_eq!(code(&out), 1, "{}", stderr(&out));
+        // The long path may wrap on the terminal's width.
+        let squeezed: String = stderr(&out).split_whitespace().collect();
+        assert!(
+            squeezed.contains(&format!("nohetgenwheelat{}", beside.display())),
+            "{}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains("make wheel"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn bundle_refuses_a_job_that_has_no_bundle_before_asking_for_a_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let wheel = Path::new("/nonexistent").join(hetgen_render::wheel_file_name());
+    for (example, why) in [
+        ("mnist-hetero.toml", "runs on its own image (`image_uri`)"),
+        ("tiny-local.toml", "has no `[sagemaker]` section"),
+    ] {
+        std::fs::copy(
+            repo().join("examples").join(example),
+            dir.path().join("hetgen.toml"),
+        )
+        .unwrap();
+        // Never rendered: the refusal comes first.
+        let out = bundle(dir.path(), Some(&wheel), None);
+        assert_eq!(code(&out), 1, "{}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{example}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("stale"), "{}", stderr(&out));
+        assert!(!dir.path().join("build").exists());
+    }
 }
