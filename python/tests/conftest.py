@@ -7,7 +7,9 @@ the `hetgen` binary from a spec, one SageMaker tree per host (`resourceconfig.js
 (`cluster.trainer_env()` applied with monkeypatch) or as a child process with that environment,
 exactly as a script inside a job would.
 
-The binaries come from `HETGEN_BIN` and `HETGEN_DATA_SERVER` (`make test` sets both).
+The binaries come from `HETGEN_BIN` and `HETGEN_DATA_SERVER` (`make test` sets both). A cluster
+made with `launcher=True` starts its data hosts as the role launcher of the installed `hetgen`
+package instead (`python -m hetgen train`), as a job on AWS's PyTorch image does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "python-tests-token-0123456789abcdef"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# The package's role launcher, as the bundle's entry point runs it on AWS's image; the data
+# role ignores the script arguments after `--` (there, the job's hyperparameters).
+LAUNCHER = [sys.executable, "-m", "hetgen", "train", "--", "--epochs", "3"]
 
 
 def binary(var: str) -> str:
@@ -205,7 +210,8 @@ class Cluster:
             "SAGEMAKER_BASE_DIR": str(self.root / self.trainer),
         }
 
-    def start(self, train_folder: Path) -> Cluster:
+    def start(self, train_folder: Path, launcher: bool = False) -> Cluster:
+        command = LAUNCHER if launcher else [binary("HETGEN_DATA_SERVER")]
         for host in self.data:
             log = self.root / f"{host}.log"
             env = {
@@ -216,7 +222,7 @@ class Cluster:
                 "RUST_LOG": "info",
             }
             self.servers[host] = subprocess.Popen(
-                [binary("HETGEN_DATA_SERVER")],
+                command,
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=log.open("w"),
@@ -257,6 +263,7 @@ def cluster_factory(tmp_path, digits):
         deterministic: bool = False,
         extra_env: dict | None = None,
         start: bool = True,
+        launcher: bool = False,
     ) -> Cluster:
         folder = tmp_path / f"job{len(made)}"
         folder.mkdir()
@@ -272,12 +279,27 @@ def cluster_factory(tmp_path, digits):
         cluster = Cluster(folder, spec, data_hosts, extra_env)
         made.append(cluster)
         if start:
-            cluster.start(digits / "train")
+            cluster.start(digits / "train", launcher=launcher)
         return cluster
 
     yield make
     for cluster in made:
         cluster.stop()
+
+
+def processes_of(folder: Path) -> list[int]:
+    """Processes whose environment names `folder` (every host's SAGEMAKER_BASE_DIR does)."""
+    found = []
+    needle = str(folder).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
 
 
 def run_script(name: str, env: dict, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import audit, binary
+from conftest import audit, binary, processes_of
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -36,21 +36,6 @@ def project(tmp_path: Path) -> Path:
     made = hetgen("new", "digits", "--example", "pytorch", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     return tmp_path / "digits"
-
-
-def processes_of(folder: Path) -> list[int]:
-    """Processes whose environment names `folder` (every host's SAGEMAKER_BASE_DIR does)."""
-    found = []
-    needle = str(folder).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
 
 
 def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(tmp_path):

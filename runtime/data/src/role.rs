@@ -113,26 +113,35 @@ pub fn run_data_role(
         .build()
         .map_err(RoleError::Runtime)?;
     runtime.block_on(async move {
+        // Handlers first: once the port answers, SIGTERM stops the server cleanly.
+        let stop = stop_signal();
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .map_err(|source| RoleError::Bind { address, source })?;
-        Ok(serve(engine, config, listener, stop_signal()).await?)
+        Ok(serve(engine, config, listener, stop).await?)
     })
 }
 
 /// SIGTERM is how SageMaker stops a job (then SIGKILL after 120 s); SIGINT is Ctrl-C.
-pub async fn stop_signal() {
+///
+/// The handlers are installed when this is called (inside the runtime), not when the future is
+/// first polled: `serve` polls it on a task of its own, after the port already answers, and a
+/// signal in between would take the default action and kill the process mid-start.
+pub fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the default action (exit) still stops the process.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            // Without signal handlers the default action (exit) still stops the process.
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }
 
