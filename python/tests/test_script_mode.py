@@ -104,7 +104,9 @@ def stopped(signum, frame):
 signal.signal(signal.SIGTERM, stopped)
 dist.init_process_group("gloo")
 loader = hetgen.Loader()
-print("streaming", flush=True)
+ready = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "output", "data", "ready")
+os.makedirs(os.path.dirname(ready), exist_ok=True)
+open(ready, "w").close()
 while True:
     for batch in loader:
         pass
@@ -115,8 +117,28 @@ def test_stopping_the_job_passes_sigterm_to_every_trainer_hosts_script(tmp_path)
     root = project(tmp_path)
     (root / "train.py").write_text(STOPPABLE)
     assert hetgen("render", cwd=root).returncode == 0
-    run = hetgen("deploy", "--local", "--max-runtime", "20", cwd=root, timeout=300)
-    output = run.stdout + run.stderr
+    # Its output goes to a file: a pipe nobody reads while the hosts start could fill up.
+    log = tmp_path / "deploy.log"
+    with log.open("w") as out:
+        deploy = subprocess.Popen(
+            [binary("HETGEN_BIN"), "deploy", "--local"],
+            cwd=root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    # Stopped once both scripts stream (as `hetgen stop` or SageMaker's max runtime would stop
+    # it), not after a fixed time: how long hosts take to start is this machine's business.
+    deadline = time.monotonic() + 240
+    while len(list(root.glob("build/**/output/data/ready"))) < 2 and deploy.poll() is None:
+        if time.monotonic() > deadline:
+            deploy.kill()
+            deploy.wait()
+            raise AssertionError(f"the scripts never streamed:\n{log.read_text()}")
+        time.sleep(0.2)
+    deploy.send_signal(signal.SIGTERM)
+    deploy.wait(timeout=120)
+    output = log.read_text()
     assert "Stopped" in output, output
     markers = sorted(p.read_text() for p in root.glob("build/**/output/data/sigterm"))
     assert markers == ["rank 0", "rank 1"], output
