@@ -20,6 +20,8 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hetgen_data::client::{connect_to_job, data_hosts, resolve_blocking};
@@ -128,7 +130,8 @@ pub fn run(
         .spawn()
         .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
     let group = child.id() as libc::pid_t;
-    let signals = forward_signals(group)?;
+    let signalled = Arc::new(AtomicBool::new(false));
+    let signals = forward_signals(group, signalled.clone())?;
 
     // The script's stderr goes on to ours as it comes; the copier keeps its last lines and
     // hands them back when the stream ends.
@@ -155,7 +158,13 @@ pub fn run(
     } else {
         format!("{} finished training", env.host())
     };
-    tell_data_servers(job, env, failed, &reason);
+    // A job being stopped stops its data hosts too (each got the same signal): telling them
+    // would only wait on servers that are gone, past the stop's grace period.
+    if signalled.load(Ordering::SeqCst) {
+        tracing::info!("the job is being stopped: not telling the data servers");
+    } else {
+        tell_data_servers(job, env, failed, &reason);
+    }
     if !failed {
         return Ok(format!(
             "training script finished ({} host(s) × {} process(es))",
@@ -267,13 +276,18 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str) {
     }
 }
 
-/// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group.
-fn forward_signals(group: libc::pid_t) -> Result<signal_hook::iterator::Handle, BoxError> {
+/// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group; `passed` says
+/// whether one did.
+fn forward_signals(
+    group: libc::pid_t,
+    passed: Arc<AtomicBool>,
+) -> Result<signal_hook::iterator::Handle, BoxError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
     let handle = signals.handle();
     std::thread::spawn(move || {
         for signal in signals.forever() {
+            passed.store(true, Ordering::SeqCst);
             tracing::info!(signal, "passing the signal to the training script");
             // SAFETY: killpg only sends a signal; the group is torchrun's, which this process
             // started and has not yet reaped.

@@ -46,7 +46,10 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // On AWS's PyTorch image the code travels as a source bundle, uploaded before the job
     // that downloads it is submitted.
     let bundle = match request.submit_directory() {
-        Some(uri) => Some((write_bundle(&job, &args.spec, &args.out, &args.wheel)?, uri)),
+        Some(uri) => {
+            super::note_debug_wheel(&super::wheel_path(&args.wheel));
+            Some((write_bundle(&job, &args.spec, &args.out, &args.wheel)?, uri))
+        }
         None => None,
     };
     if args.dry_run {

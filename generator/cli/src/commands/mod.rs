@@ -122,7 +122,27 @@ pub fn wheel_path(given: &crate::cli::WheelArgs) -> PathBuf {
         .ok()
         .and_then(|exe| Some(exe.parent()?.parent()?.to_owned()))
         .unwrap_or_default();
-    target.join("wheels").join(hetgen_render::wheel_file_name())
+    // The release build (`scripts/wheel.sh --release`) when there is one: a job on SageMaker
+    // should not preprocess with a debug build.
+    let name = hetgen_render::wheel_file_name();
+    let release = target.join("wheels-release").join(&name);
+    if release.is_file() {
+        return release;
+    }
+    target.join("wheels").join(name)
+}
+
+/// Says so when `wheel` is the debug build `make wheel` makes, which a job on SageMaker would
+/// run at a fraction of the release build's speed.
+pub fn note_debug_wheel(wheel: &Path) {
+    if wheel.parent().and_then(|p| p.file_name()) == Some(std::ffi::OsStr::new("wheels")) {
+        eprintln!(
+            "note: {} is the debug build of the hetgen wheel (`make wheel`), whose pipeline runs \
+             many times slower than the release build's; `scripts/wheel.sh --release VENV` in the \
+             hetgen checkout builds that, and then it is the one shipped",
+            wheel.display()
+        );
+    }
 }
 
 /// Writes the source bundle of `job` (rendered under `out`, from the spec at `spec`).

@@ -764,13 +764,19 @@ fn bundle_writes_the_archive_and_its_folder_with_the_wheel_it_finds() {
         archive
     );
 
-    // Else the one `make wheel` leaves beside this hetgen, if it is there.
-    let beside = Path::new(env!("CARGO_BIN_EXE_hetgen"))
+    // Else the one the project's build leaves beside this hetgen, if it is there: the release
+    // build (`scripts/wheel.sh --release`) before the debug one (`make wheel`).
+    let target = Path::new(env!("CARGO_BIN_EXE_hetgen"))
         .parent()
         .and_then(Path::parent)
-        .unwrap()
-        .join("wheels")
-        .join(hetgen_render::wheel_file_name());
+        .unwrap();
+    let name = hetgen_render::wheel_file_name();
+    let release = target.join("wheels-release").join(&name);
+    let beside = if release.is_file() {
+        release
+    } else {
+        target.join("wheels").join(&name)
+    };
     let out = bundle(project.path(), None, None);
     if beside.is_file() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));

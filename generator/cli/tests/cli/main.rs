@@ -241,7 +241,11 @@ fn the_pytorch_example_brings_its_script_and_the_digits() {
     assert!(png.starts_with(b"\x89PNG"));
     assert_eq!(code(&hetgen(&["render"], &project)), 0);
     // It runs on AWS's PyTorch image: the bundle's entry point, no image to build.
-    assert!(project.join("build/digits/bundle/hetgen_launcher.py").exists());
+    assert!(
+        project
+            .join("build/digits/bundle/hetgen_launcher.py")
+            .exists()
+    );
     assert!(!project.join("build/digits/Dockerfile").exists());
 }
 
