@@ -25,18 +25,20 @@ pub async fn connect(conn: &Connection, spec_region: Option<&str>) -> Result<Cli
     Ok(Client::new(&config(conn, spec_region).await?))
 }
 
-/// An S3 client for `conn`, from the same credential chain, region and endpoint as the
-/// SageMaker client. With an endpoint of one's own (an emulator, a VPC endpoint) buckets are
-/// addressed by path, since such an endpoint has no per-bucket host names.
-pub async fn connect_s3(
+/// A SageMaker client and an S3 client for `conn`, from one configuration: the same
+/// credential chain, region and endpoint, and one credentials cache, so a chain that costs a
+/// call (a role to assume, a `credential_process`) is not paid twice. With an endpoint of one's
+/// own (an emulator, a VPC endpoint) buckets are addressed by path, since such an endpoint has
+/// no per-bucket host names.
+pub async fn connect_with_s3(
     conn: &Connection,
     spec_region: Option<&str>,
-) -> Result<aws_sdk_s3::Client, DeployError> {
+) -> Result<(Client, aws_sdk_s3::Client), DeployError> {
     let config = config(conn, spec_region).await?;
     let s3 = aws_sdk_s3::config::Builder::from(&config)
         .force_path_style(config.endpoint_url().is_some())
         .build();
-    Ok(aws_sdk_s3::Client::from_conf(s3))
+    Ok((Client::new(&config), aws_sdk_s3::Client::from_conf(s3)))
 }
 
 async fn config(

@@ -18,7 +18,7 @@ mod suffix;
 mod token;
 pub mod upload;
 
-pub use connect::{Connection, connect, connect_s3};
+pub use connect::{Connection, connect, connect_with_s3};
 pub use error::DeployError;
 pub use jobs::{JobStatus, Transition};
 pub use suffix::unique_name;

@@ -61,15 +61,19 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     }
 
     super::block_on(async {
-        if let Some((bundle, uri)) = &bundle {
-            let s3 = hetgen_deploy::connect_s3(&args.aws.connection(), Some(&sm.region)).await?;
-            hetgen_deploy::upload::upload(&s3, &bundle.archive, uri).await?;
-            eprintln!(
-                "uploaded the source bundle ({:.1} MiB) to {uri}",
-                bundle.bytes as f64 / (1024.0 * 1024.0)
-            );
-        }
-        let client = hetgen_deploy::connect(&args.aws.connection(), Some(&sm.region)).await?;
+        let conn = args.aws.connection();
+        let client = match &bundle {
+            Some((bundle, uri)) => {
+                let (client, s3) = hetgen_deploy::connect_with_s3(&conn, Some(&sm.region)).await?;
+                hetgen_deploy::upload::upload(&s3, &bundle.archive, uri).await?;
+                eprintln!(
+                    "uploaded the source bundle ({:.1} MiB) to {uri}",
+                    bundle.bytes as f64 / (1024.0 * 1024.0)
+                );
+                client
+            }
+            None => hetgen_deploy::connect(&conn, Some(&sm.region)).await?,
+        };
         let arn = jobs::submit(&client, &request).await?;
         println!("{arn}");
         eprintln!("submitted training job `{name}`");

@@ -818,3 +818,72 @@ fn bundle_refuses_a_job_that_has_no_bundle_before_asking_for_a_render() {
         assert!(!dir.path().join("build").exists());
     }
 }
+
+#[test]
+fn the_upload_and_the_submission_share_one_credential_chain() {
+    let moto = Moto::start();
+    let (project, wheel) = framework_project();
+    boto3(&moto, "s3.create_bucket(Bucket='example-bucket')");
+    // A profile whose credentials come from a process that counts its calls: S3 and SageMaker
+    // get them from the same chain, resolved once for both.
+    let calls = project.path().join("credential-calls");
+    let process = project.path().join("credentials.sh");
+    std::fs::write(
+        &process,
+        format!(
+            "#!/bin/sh\necho call >> '{}'\n\
+             echo '{{\"Version\": 1, \"AccessKeyId\": \"testing\", \"SecretAccessKey\": \"testing\"}}'\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &process,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let config = project.path().join("aws-config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile counted]\ncredential_process = {}\n",
+            process.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hetgen"))
+        .args([
+            "deploy",
+            "--profile",
+            "counted",
+            "--endpoint-url",
+            &moto.url,
+            "--wheel",
+        ])
+        .arg(&wheel)
+        .current_dir(project.path())
+        .env("NO_COLOR", "1")
+        .env("AWS_CONFIG_FILE", &config)
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/hetgen-test/credentials",
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("uploaded the source bundle"),
+        "{}",
+        stderr(&out)
+    );
+    // One call up front (so that a missing credential is reported as such, before any
+    // request) and one that both clients' requests share.
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(calls.lines().count(), 2, "{calls}");
+}
