@@ -120,7 +120,9 @@ pub fn check_environment(
             environment: None,
             missing: vec!["a Python environment".to_owned()],
             fix: format!(
-                "in a hetgen checkout, `scripts/torch-env.sh && make wheel` makes one{};                  elsewhere install `torch sagemaker-training sagemaker-pytorch-training                  hetgen-*.whl` into a venv and put its `bin` first on PATH",
+                "in a hetgen checkout, `scripts/torch-env.sh && make wheel` makes one{}; \
+                 elsewhere install `torch sagemaker-training sagemaker-pytorch-training \
+                 hetgen-*.whl` into a venv and put its `bin` first on PATH",
                 venv_bin
                     .map(|b| format!(" (`{}`)", b.parent().unwrap_or(&b).display()))
                     .unwrap_or_default()
