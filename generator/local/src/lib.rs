@@ -9,6 +9,8 @@
 //!   `resourceconfig.json`, `hyperparameters.json`, `inputdataconfig.json` and the channels, plus
 //!   the environment (`SAGEMAKER_BASE_DIR`, `SM_*`, `HETGEN_*`) every host process gets.
 //! - [`launcher`]: building the rendered launcher crate against this hetgen's runtime, cached.
+//! - [`framework`]: a job on AWS's PyTorch image, whose hosts start through AWS's training
+//!   toolkit from the source bundle, each in namespaces of its own that name the other hosts.
 //! - [`cpus`]: optional CPU sets per host, so runs of different clusters compare fairly.
 //! - [`supervise`]: running the hosts and ending the job as SageMaker would (Completed, Failed,
 //!   Stopped), leaving no process behind.
