@@ -6,5 +6,7 @@
 # ~/.cache/hetgen/torch; several GB) and is made and stamped exactly like the test venv.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# pip builds sagemaker-training's C extension: a compiler and python3's headers first.
+"$here/system-deps.sh"
 HETGEN_VENV="${HETGEN_TORCH_VENV:-$HOME/.cache/hetgen/torch}" HETGEN_REQUIREMENTS=torch \
   exec "$here/python-env.sh"

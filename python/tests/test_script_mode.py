@@ -1,7 +1,9 @@
-"""Script mode end to end: `hetgen new --example pytorch`, `hetgen render`, `hetgen deploy
---local` with two data hosts and two trainer hosts, the example's `train.py` under `torchrun`
-on each trainer host (gloo on the CPU, the project's torch environment standing in for the
-image)."""
+"""Script mode end to end on AWS's PyTorch image: `hetgen new --example pytorch`, `hetgen
+render`, `hetgen deploy --local` with two data hosts and two trainer hosts. Every host starts
+as that image starts it, through AWS's training toolkit (`train`, from PyPI, in the project's
+torch environment): it unpacks the source bundle, pip-installs its requirements and runs the
+bundle's entry point, whose hetgen launcher serves data or runs the example's `train.py` under
+`torchrun` (gloo on the CPU)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ def project(tmp_path: Path) -> Path:
     return tmp_path / "digits"
 
 
+def job_record(root: Path) -> dict:
+    (path,) = root.glob("build/digits/local/*/job-record.json")
+    return json.loads(path.read_text())
+
+
 def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(tmp_path):
     root = project(tmp_path)
     rendered = hetgen("render", cwd=root)
@@ -49,6 +56,16 @@ def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(t
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
     assert "Completed" in output
+    # Each host went through the toolkit: it unpacked the bundle into its empty code folder,
+    # ran the bundle's entry point and reported success.
+    hosts = job_record(root)["hosts"]
+    assert len(hosts) == 4
+    for host in hosts:
+        code = Path(host["base_dir"]) / "code"
+        assert {"hetgen_launcher.py", "hetgen-job.json", "train.py"} <= {
+            p.name for p in code.iterdir()
+        }
+        assert "Reporting training SUCCESS" in Path(host["log"]).read_text()
     # Batches reach DDP in the parameters' layout: no gradient copied into its buckets.
     assert "Grad strides do not match" not in output
     # Rank 0's host wrote it; the job folder's `model` link points at the same file.
@@ -85,8 +102,15 @@ def test_a_script_that_raises_on_one_host_fails_the_job_and_stops_every_host(tmp
     assert run.returncode == 1, output
     assert "Failed" in output
     assert "rank 1 gives up on purpose" in output
-    # Nobody waited for a watchdog: the failure ended every host.
+    record = job_record(root)
+    assert record["status"] == "Failed"
+    # The failure file of the host that failed first, as SageMaker reports it.
+    assert record["failure_reason"].startswith("AlgorithmError: ")
+    assert "training script `train.py` exited with status 1" in record["failure_reason"]
+    # Nobody waited for a watchdog: the failure ended every host, the data hosts cleanly.
     assert time.monotonic() - started < 200
+    data = [h for h in record["hosts"] if h["group"] == "data_group"]
+    assert [h["exit_code"] for h in data] == [0, 0], data
     assert processes_of(root / "build") == []
 
 

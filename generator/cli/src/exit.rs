@@ -158,6 +158,8 @@ impl Failure {
         ExitCode::from(match self {
             Failure::InvalidSpec(_) | Failure::NoSageMaker { .. } => code::INVALID_SPEC,
             Failure::Deploy(e) if e.is_configuration() => code::CONFIG,
+            // What this machine lacks (cargo, torchrun, AWS's training toolkit), not the job.
+            Failure::Local(e) if e.is_environment() => code::CONFIG,
             _ => code::FAILURE,
         })
     }

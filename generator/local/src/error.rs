@@ -114,15 +114,20 @@ pub enum LocalError {
     NoTorchrun { script: String },
     /// A job on AWS's PyTorch image needs that image's start-up code here.
     #[error(
-        "the job runs on AWS's PyTorch image, whose hosts start through AWS's training toolkit (`train`), hetgen's launcher (`hetgen-launcher`) and `torchrun`: no Python environment on PATH has all three"
+        "the job runs on AWS's PyTorch image, whose hosts start through AWS's training toolkit, but {}lacks {}",
+        environment.as_ref().map(|e| format!("the Python environment `{}` ", e.display())).unwrap_or_else(|| "this machine ".to_owned()),
+        missing.join(", ")
     )]
-    #[diagnostic(
-        code("hetgen::local::no-toolkit"),
-        help(
-            "in a hetgen checkout, `scripts/torch-env.sh && make wheel` makes one (~/.cache/hetgen/torch); elsewhere `pip install torch sagemaker-training sagemaker-pytorch-training hetgen-*.whl` into the environment on PATH, or point HETGEN_TORCH_VENV at one"
-        )
-    )]
-    NoToolkit,
+    #[diagnostic(code("hetgen::local::no-toolkit"))]
+    NoToolkit {
+        /// The environment looked at (`None`: none found).
+        environment: Option<PathBuf>,
+        /// What it lacks.
+        missing: Vec<String>,
+        /// The command that installs it.
+        #[help]
+        fix: String,
+    },
     /// The script's source folder is missing.
     #[error("the trainer's `source_dir` `{}` is not a folder", path.display())]
     #[diagnostic(code("hetgen::local::source-dir"))]
@@ -147,7 +152,7 @@ impl LocalError {
                 | LocalError::RuntimeSource { .. }
                 | LocalError::Launcher { .. }
                 | LocalError::NoTorchrun { .. }
-                | LocalError::NoToolkit
+                | LocalError::NoToolkit { .. }
         )
     }
 }

@@ -4,30 +4,46 @@
 //! On SageMaker every host of such a job runs the image's `train` (the `sagemaker-training`
 //! toolkit with `SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main`): it
 //! waits until every host's name resolves, downloads and unpacks the source bundle named by
-//! `sagemaker_submit_directory` into `/opt/ml/code`, installs its `requirements.txt` (the
-//! hetgen wheel) and runs `python hetgen_launcher.py --key value …`. A local run does exactly
-//! that, with the toolkit from PyPI installed in the Python environment the job uses (the
-//! project's PyTorch venv, `scripts/torch-env.sh`): the only differences are that
-//! `SAGEMAKER_BASE_DIR` stands for `/opt/ml` and that the bundle is a local file instead of an
-//! S3 object, both of which the toolkit supports.
+//! `sagemaker_submit_directory` into an empty `/opt/ml/code`, installs its `requirements.txt`
+//! (the hetgen wheel) and runs `python hetgen_launcher.py --key value …` with the `SM_*`
+//! variables of the training environment, outside any distribution group: hetgen's launcher,
+//! from the wheel, starts torchrun across the trainer group itself. A failure is written to
+//! `/opt/ml/output/failure` (unless the launcher wrote one first) and `train` exits 1.
+//!
+//! A local run does exactly that, with the toolkit from PyPI in the Python environment the job
+//! uses (the project's PyTorch venv, `scripts/torch-env.sh`): `SAGEMAKER_BASE_DIR` stands for
+//! `/opt/ml` and the bundle is a local file instead of an S3 object (the toolkit takes either;
+//! with `S3_ENDPOINT_URL` it also downloads from an S3 emulator). Nothing of hetgen's own set-up
+//! reaches these hosts: no `HETGEN_JOB_FILE` or `HETGEN_CODE_DIR`, which the bundle's entry
+//! point sets from where the toolkit unpacked it, as on SageMaker.
+//!
+//! [`check_environment`] runs before any host starts: every host of the run shares the one
+//! environment, so the toolkit's `pip install` of the bundle's wheel must find hetgen installed
+//! already (pip then leaves it be) rather than have every host install it at once.
 //!
 //! # Each host a small container
 //!
-//! The toolkit resolves every host's name through the system resolver (its DNS wait), where
-//! hetgen's runtime reads `HETGEN_HOSTS_FILE`. Each host process therefore starts in a private
-//! mount namespace in which a hosts file of its own (the machine's `/etc/hosts` plus one line
-//! per simulated host) is bound over `/etc/hosts`, so `algo-N` resolves to its loopback
-//! address for that process and its children alone: the machine's `/etc/hosts` is never
-//! touched. It also gets a PID namespace of its own (`unshare --pid --fork`), in which `train`
-//! is process 1 as in the container: when it ends, the kernel ends everything the host
-//! started, torchrun's workers in their own process group included, as the container's end
-//! does on SageMaker. Both need `CAP_SYS_ADMIN` (root, as in containers and CI). Without it
-//! the hosts get `SM_STUDIO_LOCAL_MODE=true` instead, the toolkit's own switch that skips its
-//! DNS wait, and the run says so: hetgen's launcher, which starts torchrun and reaches the data
-//! servers, resolves names through `HETGEN_HOSTS_FILE` either way.
+//! The toolkit resolves every host's name through the system resolver before it runs the entry
+//! point (twice, retrying for up to 15 minutes), where hetgen's runtime reads
+//! `HETGEN_HOSTS_FILE`. Each host process therefore starts in a private mount namespace in
+//! which a hosts file of its own (the machine's `/etc/hosts` plus one line per simulated host)
+//! is bound over `/etc/hosts`, so `algo-N` resolves to its loopback address for that process
+//! and its children alone (the toolkit's wait, a script that connects by name): the machine's
+//! `/etc/hosts` is never touched. It also gets a PID namespace of its own
+//! (`unshare --pid --fork`), in which `train` is process 1 as in the container: when it ends,
+//! the kernel ends everything the host started, torchrun's workers in their own process group
+//! included, as the container's end does on SageMaker.
+//!
+//! Both need `CAP_SYS_ADMIN`: as root (containers, CI) the host gets the namespaces directly;
+//! otherwise it first enters a user namespace of its own in which it is root (as
+//! `unshare --map-root-user --mount` does; files it writes still belong to the caller), where
+//! the kernel allows unprivileged user namespaces. Where neither works the hosts get
+//! `SM_STUDIO_LOCAL_MODE=true` instead, the toolkit's own switch that skips both of its name
+//! waits and changes nothing else, and the run says so: hetgen's launcher, which starts
+//! torchrun and reaches the data servers, resolves names through `HETGEN_HOSTS_FILE` either way.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -60,22 +76,102 @@ impl FrameworkRun {
     }
 }
 
-/// The Python environment's `bin` folder that has the toolkit's `train`, hetgen's launcher
-/// and `torchrun`: the first folder on `path` with all three, else the project's PyTorch venv.
-pub fn toolkit_bin(path: &str) -> Result<PathBuf, LocalError> {
-    let complete = |dir: &Path| {
-        ["train", "hetgen-launcher", "torchrun"]
-            .iter()
-            .all(|p| dir.join(p).is_file())
+/// What [`check_environment`] asks the environment's Python, without importing the toolkit
+/// (its import lays out a training tree wherever `SAGEMAKER_BASE_DIR` points): the toolkit's
+/// versions, PyTorch, and that hetgen imports (its native module included). One line per
+/// thing missing.
+const CHECK: &str = r#"
+import importlib.metadata as metadata, re
+def version(dist):
+    try:
+        return tuple(int(n) for n in re.findall(r"\d+", metadata.version(dist))[:2])
+    except metadata.PackageNotFoundError:
+        return None
+training = version("sagemaker-training")
+if training is None or training < (4, 3):
+    print("sagemaker-training>=4.3")
+pytorch = version("sagemaker-pytorch-training")
+if pytorch is None or pytorch[0] != 3:
+    print("sagemaker-pytorch-training>=3,<4")
+if version("torch") is None:
+    print("torch")
+try:
+    import hetgen.launcher
+except Exception as e:
+    print(f"hetgen (import hetgen.launcher: {e})")
+"#;
+
+/// The `bin` folder of the Python environment a job on AWS's image runs in: the first folder
+/// on `path` with the toolkit's `train` and a `python` beside it, else the project's PyTorch
+/// venv. Checked before any host starts: the toolkit (`sagemaker-training` ≥ 4.3 and
+/// `sagemaker-pytorch-training` 3.x), `torchrun`, and hetgen importable, with the command that
+/// installs what is missing. `env` is the hosts' environment, in which the check runs.
+pub fn check_environment(
+    path: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<PathBuf, LocalError> {
+    let has = |dir: &Path, program: &str| dir.join(program).is_file();
+    let venv_bin = crate::launcher::torch_venv_dir().map(|v| v.join("bin"));
+    let bin = std::env::split_paths(path)
+        .find(|d| has(d, "train") && has(d, "python"))
+        .or_else(|| venv_bin.clone().filter(|b| has(b, "python")));
+    let Some(bin) = bin else {
+        return Err(LocalError::NoToolkit {
+            environment: None,
+            missing: vec!["a Python environment".to_owned()],
+            fix: format!(
+                "in a hetgen checkout, `scripts/torch-env.sh && make wheel` makes one{}; \
+                 elsewhere install `torch sagemaker-training sagemaker-pytorch-training \
+                 hetgen-*.whl` into a venv and put its `bin` first on PATH",
+                venv_bin
+                    .map(|b| format!(" (`{}`)", b.parent().unwrap_or(&b).display()))
+                    .unwrap_or_default()
+            ),
+        });
     };
-    std::env::split_paths(path)
-        .find(|d| complete(d))
-        .or_else(|| {
-            crate::launcher::torch_venv_dir()
-                .map(|v| v.join("bin"))
-                .filter(|b| complete(b))
-        })
-        .ok_or(LocalError::NoToolkit)
+    let mut missing = Vec::new();
+    if !has(&bin, "train") {
+        missing.push("the toolkit's `train`".to_owned());
+    }
+    if !has(&bin, "torchrun") {
+        missing.push("`torchrun`".to_owned());
+    }
+    let python = bin.join("python");
+    match std::process::Command::new(&python)
+        .args(["-c", CHECK])
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => missing.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        ),
+        Ok(out) => missing.push(format!(
+            "a working `python` ({}: {})",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => missing.push(format!("a working `python` ({e})")),
+    }
+    if missing.is_empty() {
+        return Ok(bin);
+    }
+    let fix = format!(
+        "in a hetgen checkout, `scripts/torch-env.sh && make wheel` installs all of it into the \
+         project's PyTorch venv; into this one: `{} -m pip install torch \
+         'sagemaker-training>=4.3' 'sagemaker-pytorch-training>=3,<4' hetgen-*.whl` (the wheel \
+         from `make wheel`)",
+        python.display()
+    );
+    Err(LocalError::NoToolkit {
+        environment: Some(bin.parent().unwrap_or(&bin).to_owned()),
+        missing,
+        fix,
+    })
 }
 
 /// `/etc/hosts` as each host sees it: the machine's own, then the simulated hosts.
@@ -94,14 +190,37 @@ pub fn etc_hosts(cluster_lines: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct HostsBinding {
     source: CString,
+    /// For a caller without `CAP_SYS_ADMIN`: `uid_map` and `gid_map` of a user namespace in
+    /// which the caller is root.
+    user: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl HostsBinding {
-    /// Binds `file`.
-    pub fn new(file: &Path) -> HostsBinding {
+    /// Binds `file` in a mount namespace of the child's own, which needs `CAP_SYS_ADMIN`.
+    pub fn privileged(file: &Path) -> HostsBinding {
         HostsBinding {
             source: CString::new(file.as_os_str().as_bytes()).expect("paths have no NUL"),
+            user: None,
         }
+    }
+
+    /// Binds `file` from inside a user namespace of the child's own, in which this process's
+    /// user is root (`unshare --map-root-user --mount`); the kernel may refuse it.
+    pub fn in_user_namespace(file: &Path) -> HostsBinding {
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        HostsBinding {
+            user: Some((
+                format!("0 {uid} 1\n").into_bytes(),
+                format!("0 {gid} 1\n").into_bytes(),
+            )),
+            ..HostsBinding::privileged(file)
+        }
+    }
+
+    /// Whether the child becomes root of a user namespace of its own.
+    pub fn is_user_namespace(&self) -> bool {
+        self.user.is_some()
     }
 
     /// In the child, before `exec`: a private mount namespace with the file over `/etc/hosts`.
@@ -116,9 +235,18 @@ impl HostsBinding {
                 Err(std::io::Error::last_os_error())
             }
         };
-        // SAFETY: plain system calls on NUL-terminated strings that outlive them.
+        // SAFETY: plain system calls on NUL-terminated strings and buffers that outlive them.
         unsafe {
-            check(libc::unshare(libc::CLONE_NEWNS))?;
+            match &self.user {
+                None => check(libc::unshare(libc::CLONE_NEWNS))?,
+                Some((uid_map, gid_map)) => {
+                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
+                    // An unprivileged process may map its group only once `setgroups` is off.
+                    write_file(c"/proc/self/setgroups", b"deny")?;
+                    write_file(c"/proc/self/uid_map", uid_map)?;
+                    write_file(c"/proc/self/gid_map", gid_map)?;
+                }
+            }
             // Mounts made here must not propagate back to the machine's namespace.
             check(libc::mount(
                 std::ptr::null(),
@@ -134,6 +262,28 @@ impl HostsBinding {
                 libc::MS_BIND,
                 std::ptr::null(),
             ))
+        }
+    }
+}
+
+/// `data` into the file `path`, with system calls only (for `pre_exec`).
+///
+/// # Safety
+/// Only system calls.
+unsafe fn write_file(path: &CStr, data: &[u8]) -> std::io::Result<()> {
+    // SAFETY: a NUL-terminated path and a buffer that outlive the calls.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let written = libc::write(fd, data.as_ptr().cast(), data.len());
+        let error = std::io::Error::last_os_error();
+        libc::close(fd);
+        if written == data.len() as isize {
+            Ok(())
+        } else {
+            Err(error)
         }
     }
 }
@@ -161,16 +311,25 @@ pub fn find_unshare(path: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Whether this process may make a host a container: its own `/etc/hosts` and PID namespace
-/// (tried on `true`).
-pub fn can_contain(unshare: &Path, file: &Path) -> bool {
+/// How hosts can be small containers here, binding `file` over their `/etc/hosts`: directly
+/// (root), else in a user namespace each, else not at all. Each way is tried on `true`, hosts
+/// file and PID namespace both.
+pub fn containment(unshare: &Path, file: &Path) -> Option<HostsBinding> {
+    [
+        HostsBinding::privileged(file),
+        HostsBinding::in_user_namespace(file),
+    ]
+    .into_iter()
+    .find(|binding| contains(unshare, binding, Path::new("true")))
+}
+
+/// Whether `program` runs, and succeeds, as a host would with `binding`.
+pub fn contains(unshare: &Path, binding: &HostsBinding, program: &Path) -> bool {
     use std::os::unix::process::CommandExt;
-    let binding = HostsBinding::new(file);
-    let (program, mut args) = in_pid_namespace(unshare, Path::new("true"));
-    args.pop();
-    args.push("true".to_owned());
-    let mut probe = std::process::Command::new(program);
+    let (unshare, args) = in_pid_namespace(unshare, program);
+    let mut probe = std::process::Command::new(unshare);
     probe.args(args);
+    let binding = binding.clone();
     // SAFETY: `apply` makes only system calls.
     unsafe {
         probe.pre_exec(move || binding.apply());

@@ -17,8 +17,11 @@ use serde::Serialize;
 
 use crate::LocalError;
 
-/// The interface name SageMaker reports; the runtime only logs it.
-pub const NETWORK_INTERFACE: &str = "eth0";
+/// The interface the simulated hosts reach each other on: every host's address is on the
+/// loopback interface. SageMaker reports its own (`eth0`) the same way, and from it AWS's
+/// training toolkit and hetgen's launcher set gloo's and NCCL's `*_SOCKET_IFNAME`, which must
+/// name the interface the hosts' addresses are on.
+pub const NETWORK_INTERFACE: &str = "lo";
 
 /// Most hosts one run can have: each takes one address of a `127.x.y.0/24` block.
 pub const MAX_HOSTS: usize = 254;
@@ -387,7 +390,9 @@ impl Layout {
         for name in &channels {
             set(&hetgen_env::channel_var(name), path(paths.channel(name)));
         }
-        set(JOB_FILE_VAR, path(job.job_file.clone()));
+        if let Some(file) = &job.job_file {
+            set(JOB_FILE_VAR, path(file.clone()));
+        }
         set(TOKEN_VAR, job.token.clone());
         set(HOSTS_FILE_VAR, path(self.hosts_file()));
         env
@@ -401,8 +406,9 @@ pub struct JobEnvironment {
     pub inherited: BTreeMap<String, String>,
     /// The spec's `[sagemaker] environment`, then `--env` flags (later ones win).
     pub variables: Vec<(String, String)>,
-    /// The rendered job.json.
-    pub job_file: PathBuf,
+    /// The rendered job.json, as `HETGEN_JOB_FILE`; `None` where the hosts find their own (a
+    /// job on AWS's image: the bundle's entry point names the copy inside the bundle).
+    pub job_file: Option<PathBuf>,
     /// The data service's shared secret.
     pub token: String,
 }

@@ -9,6 +9,8 @@
 //!   `resourceconfig.json`, `hyperparameters.json`, `inputdataconfig.json` and the channels, plus
 //!   the environment (`SAGEMAKER_BASE_DIR`, `SM_*`, `HETGEN_*`) every host process gets.
 //! - [`launcher`]: building the rendered launcher crate against this hetgen's runtime, cached.
+//! - [`framework`]: a job on AWS's PyTorch image, whose hosts start through AWS's training
+//!   toolkit from the source bundle, each in namespaces of its own that name the other hosts.
 //! - [`cpus`]: optional CPU sets per host, so runs of different clusters compare fairly.
 //! - [`supervise`]: running the hosts and ending the job as SageMaker would (Completed, Failed,
 //!   Stopped), leaving no process behind.
@@ -134,18 +136,19 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .unwrap_or_default();
     variables.extend(options.env.iter().cloned());
     let mut inherited = layout::inherited_environment(options.caller_env.clone());
-    if let Some(script) = job.trainer.script() {
-        script_environment(script, &options.spec_dir, &mut inherited, &mut variables)?;
-    }
-    // On AWS's image every host runs the toolkit's `train`, from the environment that has it.
+    // On AWS's image every host runs the toolkit's `train`, from the environment that has it,
+    // and the bundle's entry point, not hetgen, says where the job file and the code are.
     let toolkit = match &options.framework {
         Some(_) => {
+            inherited.remove(hetgen_env::JOB_FILE_VAR);
+            inherited.remove(hetgen_env::CODE_DIR_VAR);
             let path = inherited.get("PATH").cloned().unwrap_or_default();
-            let bin = framework::toolkit_bin(&path)?;
+            let bin = framework::check_environment(&path, &inherited)?;
             let mut dirs = vec![bin.clone()];
             dirs.extend(std::env::split_paths(&path).filter(|d| *d != bin));
-            let path = std::env::join_paths(dirs).map_err(|_| LocalError::NoToolkit)?;
-            inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+            if let Ok(path) = std::env::join_paths(dirs) {
+                inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+            }
             variables.insert(
                 0,
                 (
@@ -157,6 +160,13 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         }
         None => None,
     };
+    if let Some(script) = job.trainer.script() {
+        let code = match &toolkit {
+            Some(_) => None,
+            None => Some(script_code(script, &options.spec_dir, &mut inherited)?),
+        };
+        script_environment(code, &mut variables);
+    }
     let port = variables
         .iter()
         .rev()
@@ -185,6 +195,12 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     let mut notes = Vec::new();
     let hosts_binding = match &toolkit {
         Some(_) => {
+            // As in AWS's image: the toolkit unpacks the bundle only into an empty folder.
+            for host in &layout.cluster.hosts {
+                let code = layout.host_dir(host).join("code");
+                std::fs::create_dir_all(&code)
+                    .map_err(|source| LocalError::Write { path: code, source })?;
+            }
             let file = layout.job_dir.join("etc-hosts");
             let text = framework::etc_hosts(&layout.cluster.hosts_file());
             std::fs::write(&file, text).map_err(|source| LocalError::Write {
@@ -192,19 +208,19 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
                 source,
             })?;
             let path = inherited.get("PATH").cloned().unwrap_or_default();
-            let unshare = framework::find_unshare(&path);
-            if let Some(unshare) = unshare.filter(|u| framework::can_contain(u, &file)) {
-                Some((framework::HostsBinding::new(&file), unshare))
-            } else {
+            let contained = framework::find_unshare(&path)
+                .and_then(|u| framework::containment(&u, &file).map(|b| (b, u)));
+            if contained.is_none() {
                 notes.push(
-                    "hosts cannot have namespaces of their own here (that needs root and \
-                     util-linux's `unshare`): the toolkit's wait for host names is skipped \
-                     (SM_STUDIO_LOCAL_MODE=true)"
+                    "hosts cannot have namespaces of their own here (that needs root, or \
+                     unprivileged user namespaces, and util-linux's `unshare`): the toolkit's \
+                     wait for host names is skipped (SM_STUDIO_LOCAL_MODE=true), and only \
+                     hetgen resolves them"
                         .to_owned(),
                 );
                 variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
-                None
             }
+            contained
         }
         None => None,
     };
@@ -212,7 +228,7 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     let shared = JobEnvironment {
         inherited,
         variables,
-        job_file: absolute(&options.job_file),
+        job_file: toolkit.is_none().then(|| absolute(&options.job_file)),
         token: layout::new_token()?,
     };
     let commands = layout
@@ -249,15 +265,14 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     })
 }
 
-/// What a script-mode trainer host needs on this machine: the spec's `source_dir` standing in
-/// for the image's `/opt/ml/code`, `torchrun` (with the hetgen wheel beside it) on PATH, a free
-/// rendezvous port, and gloo on the loopback interface every simulated host's address is on.
-fn script_environment(
+/// The code of a script-mode trainer host on hetgen's own image: the spec's `source_dir`,
+/// standing in for the image's `/opt/ml/code`, with `torchrun` (and the hetgen wheel beside it)
+/// on PATH.
+fn script_code(
     script: &hetgen_spec::model::ScriptTrainer,
     spec_dir: &Path,
     inherited: &mut BTreeMap<String, String>,
-    variables: &mut Vec<(String, String)>,
-) -> Result<(), LocalError> {
+) -> Result<PathBuf, LocalError> {
     let code = absolute(&spec_dir.join(&script.source_dir));
     if !code.is_dir() {
         return Err(LocalError::SourceDir { path: code });
@@ -282,27 +297,31 @@ fn script_environment(
         script: script.script.clone(),
     })?;
     inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+    Ok(code)
+}
+
+/// What a script-mode trainer host needs on this machine besides its code (`code`, on hetgen's
+/// own image): a free rendezvous port, since simulated hosts share the machine's ports. Gloo
+/// and NCCL find the loopback interface every simulated host's address is on in
+/// `resourceconfig.json` ([`layout::NETWORK_INTERFACE`]).
+fn script_environment(code: Option<PathBuf>, variables: &mut Vec<(String, String)>) {
     let rendezvous = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or(hetgen_env::DEFAULT_RENDEZVOUS_PORT);
     // The caller's and the spec's settings win: they come later.
-    let mut ours = vec![
-        (
+    let mut ours = vec![(
+        hetgen_env::RENDEZVOUS_PORT_VAR.to_owned(),
+        rendezvous.to_string(),
+    )];
+    if let Some(code) = code {
+        ours.push((
             hetgen_env::CODE_DIR_VAR.to_owned(),
             code.display().to_string(),
-        ),
-        (
-            hetgen_env::RENDEZVOUS_PORT_VAR.to_owned(),
-            rendezvous.to_string(),
-        ),
-        ("GLOO_SOCKET_IFNAME".to_owned(), "lo".to_owned()),
-        // NCCL's bootstrap too: the simulated hosts' addresses are on the loopback interface.
-        ("NCCL_SOCKET_IFNAME".to_owned(), "lo".to_owned()),
-    ];
+        ));
+    }
     ours.append(variables);
     *variables = ours;
-    Ok(())
 }
 
 impl LocalJob {

@@ -380,3 +380,32 @@ fn bench_input_only_runs_no_model() {
         "{hybrid}"
     );
 }
+
+#[test]
+fn deploy_local_of_a_job_on_aws_s_image_refuses_an_environment_without_the_toolkit() {
+    let root = tempfile::tempdir().unwrap();
+    let out = hetgen(&["new", "digits", "--example", "pytorch"], root.path());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let dir = root.path().join("digits");
+    let out = hetgen(&["render"], &dir);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // The bundle is made before the environment is looked at; its wheel only travels.
+    let wheel = root.path().join(hetgen_render::wheel_file_name());
+    std::fs::write(&wheel, "the wheel's bytes").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hetgen"))
+        .args(["deploy", "--local", "--wheel", wheel.to_str().unwrap()])
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .env("PATH", "/usr/bin:/bin")
+        .env("HETGEN_TORCH_VENV", root.path().join("no-venv"))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 78, "{err}");
+    assert!(
+        err.contains("whose hosts start through AWS's training toolkit"),
+        "{err}"
+    );
+    assert!(err.contains("scripts/torch-env.sh && make wheel"), "{err}");
+    assert!(!dir.join("build/digits/local").exists(), "no host started");
+}

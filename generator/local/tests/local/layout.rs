@@ -237,7 +237,7 @@ fn resourceconfig_is_what_sagemaker_writes_on_each_host() {
                     {"hosts": data_hosts, "instance_group_name": "data_group", "instance_type": "ml.c5.xlarge"},
                     {"hosts": dnn_hosts, "instance_group_name": "dnn_group", "instance_type": "ml.m5.xlarge"},
                 ],
-                "network_interface_name": "eth0",
+                "network_interface_name": "lo",
             }),
             "{}",
             path.display()
@@ -299,7 +299,7 @@ fn a_one_group_job_is_a_homogeneous_cluster() {
             "instance_groups": [
                 {"hosts": ["algo-1"], "instance_group_name": "homogeneousCluster", "instance_type": "ml.m5.xlarge"},
             ],
-            "network_interface_name": "eth0",
+            "network_interface_name": "lo",
         })
     );
     let env = &local.commands[0].env;
@@ -577,7 +577,7 @@ fn the_environment_is_built_not_inherited() {
         assert_eq!(dict["dnn_group"]["instance_type"], "ml.m5.xlarge");
         assert_eq!(env["SM_IS_HETERO"], "true");
         assert_eq!(env["SM_HOSTS"], r#"["algo-1","algo-2","algo-3"]"#);
-        assert_eq!(env["SM_NETWORK_INTERFACE_NAME"], "eth0");
+        assert_eq!(env["SM_NETWORK_INTERFACE_NAME"], "lo");
         assert_eq!(env["SM_MODEL_DIR"], p("model"));
         assert_eq!(env["SM_OUTPUT_DIR"], p("output"));
         assert_eq!(env["SM_OUTPUT_DATA_DIR"], p("output/data"));

@@ -2,6 +2,7 @@
 //! supervision of real processes (small shell scripts stand in for the launcher).
 
 mod cpus;
+mod framework;
 mod layout;
 mod supervise;
 

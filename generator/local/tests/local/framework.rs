@@ -1,0 +1,236 @@
+//! A job on AWS's PyTorch image: every host starts through the toolkit's `train` from the job's
+//! Python environment, as that image starts it (shell scripts stand in for the toolkit here;
+//! python/tests runs the real one).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use hetgen_local::{FrameworkRun, LocalError, RunOptions, Status, StopRequests};
+use hetgen_spec::Job;
+
+use crate::{Seen, env_file, job, options, prepare, script};
+
+/// The pytorch example: on AWS's image (no `image_uri`), 2 data + 2 trainer hosts.
+const PYTORCH: &str = include_str!("../../../../examples/pytorch/hetgen.toml");
+
+/// What a stand-in `train` records of its host, in `output/data`: its environment, its PID,
+/// what `algo-1` resolves to and what its code folder holds.
+const TRAIN: &str = r#"out="$SAGEMAKER_BASE_DIR/output/data"
+mkdir -p "$out"
+env > "$out/env"
+echo $$ > "$out/pid"
+getent hosts algo-1 > "$out/algo-1" || true
+ls -A "$SAGEMAKER_BASE_DIR/code" > "$out/code""#;
+
+/// A Python environment's `bin` in `dir`: a `train` with `body`, and a `python` whose check
+/// prints `missing`; `torchrun` only when `torchrun` is set.
+fn environment(dir: &Path, body: &str, missing: &str, torchrun: bool) -> PathBuf {
+    let bin = dir.join("env/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    script(&bin, "train", body);
+    script(&bin, "python", &format!("printf '{missing}'"));
+    if torchrun {
+        script(&bin, "torchrun", "exit 0");
+    }
+    bin
+}
+
+/// The example in `dir` (channel folders made) and options for a run with `bin` first on the
+/// caller's PATH, and a caller that exported hetgen's own job and code variables.
+fn framework_job(dir: &Path, bin: &Path) -> (Job, RunOptions) {
+    for channel in ["data/train", "data/test"] {
+        std::fs::create_dir_all(dir.join(channel)).unwrap();
+    }
+    let mut opts = options(dir, Path::new("/nonexistent/launcher"));
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        opts.caller_env.get("PATH").cloned().unwrap_or_default()
+    );
+    opts.caller_env.insert("PATH".to_owned(), path);
+    opts.caller_env
+        .insert("HETGEN_JOB_FILE".to_owned(), "/caller/job.json".to_owned());
+    opts.caller_env
+        .insert("HETGEN_CODE_DIR".to_owned(), "/caller/code".to_owned());
+    opts.framework = Some(FrameworkRun {
+        bundle: dir.join("sourcedir.tar.gz"),
+        hyperparameters: BTreeMap::from([
+            (
+                "sagemaker_program".to_owned(),
+                "\"hetgen_launcher.py\"".to_owned(),
+            ),
+            (
+                "sagemaker_submit_directory".to_owned(),
+                "\"s3://example-bucket/digits/source/sourcedir.tar.gz\"".to_owned(),
+            ),
+        ]),
+    });
+    (job(PYTORCH), opts)
+}
+
+#[test]
+fn every_host_runs_the_toolkit_s_train_with_the_bundle_and_none_of_hetgen_s_own_set_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = environment(dir.path(), TRAIN, "", true);
+    let (job, opts) = framework_job(dir.path(), &bin);
+    let machine_hosts = std::fs::read("/etc/hosts").ok();
+    let local = prepare(&job, opts);
+    let mut seen = Seen::default();
+    let record = local.run(&StopRequests::new(), &mut seen).unwrap();
+    assert_eq!(record.status, Status::Completed, "{}", seen.transcript());
+    assert_eq!(local.commands.len(), 4);
+    // Contained hosts resolve the cluster's names; the machine's file stays as it was.
+    assert_eq!(std::fs::read("/etc/hosts").ok(), machine_hosts);
+    let contained = local.notes.is_empty();
+    let algo_1 = local
+        .layout
+        .cluster
+        .hosts
+        .iter()
+        .find(|h| h.name == "algo-1")
+        .unwrap()
+        .address;
+
+    for command in &local.commands {
+        let base = &command.base_dir;
+        let out = base.join("output/data");
+        let env = env_file(&out.join("env"));
+        assert_eq!(env["SAGEMAKER_BASE_DIR"], base.display().to_string());
+        assert_eq!(
+            env["SAGEMAKER_TRAINING_MODULE"],
+            "sagemaker_pytorch_container.training:main"
+        );
+        // The bundle's entry point sets these from where the toolkit unpacked it.
+        assert!(!env.contains_key("HETGEN_JOB_FILE"), "{env:?}");
+        assert!(!env.contains_key("HETGEN_CODE_DIR"), "{env:?}");
+        for kept in [
+            "HETGEN_JOB_TOKEN",
+            "HETGEN_HOSTS_FILE",
+            "HETGEN_RENDEZVOUS_PORT",
+        ] {
+            assert!(env.contains_key(kept), "{kept} missing: {env:?}");
+        }
+        assert!(env["PATH"].starts_with(&bin.display().to_string()));
+        assert_eq!(env["SM_NETWORK_INTERFACE_NAME"], "lo");
+        // The request's hyperparameters, with the local bundle as the S3 object.
+        let hps = crate::read_json(&base.join("input/config/hyperparameters.json"));
+        assert_eq!(
+            hps["sagemaker_submit_directory"],
+            format!("\"{}\"", dir.path().join("sourcedir.tar.gz").display())
+        );
+        assert_eq!(hps["sagemaker_program"], "\"hetgen_launcher.py\"");
+        // The toolkit unpacks only into an empty folder.
+        assert_eq!(std::fs::read_to_string(out.join("code")).unwrap(), "");
+        let pid = std::fs::read_to_string(out.join("pid")).unwrap();
+        let resolved = std::fs::read_to_string(out.join("algo-1")).unwrap();
+        if contained {
+            assert_eq!(pid.trim(), "1", "train is process 1 of its host");
+            assert!(
+                resolved.starts_with(&format!("{algo_1} ")),
+                "algo-1 is {resolved:?}, not {algo_1}"
+            );
+            assert!(!env.contains_key("SM_STUDIO_LOCAL_MODE"));
+        } else {
+            assert_eq!(env["SM_STUDIO_LOCAL_MODE"], "true");
+        }
+    }
+}
+
+#[test]
+fn an_environment_without_the_toolkit_or_torchrun_is_refused_before_any_host_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = environment(
+        dir.path(),
+        "exit 0",
+        "sagemaker-pytorch-training>=3,<4\\nhetgen (import hetgen.launcher: no module)\\n",
+        false,
+    );
+    let (job, opts) = framework_job(dir.path(), &bin);
+    let job_dir = opts.job_dir.clone();
+    let err = match hetgen_local::prepare(&job, opts) {
+        Err(e) => e,
+        Ok(_) => panic!("a broken environment was accepted"),
+    };
+    let LocalError::NoToolkit {
+        environment,
+        missing,
+        fix,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(environment.as_deref(), bin.parent());
+    assert_eq!(
+        missing,
+        &[
+            "`torchrun`",
+            "sagemaker-pytorch-training>=3,<4",
+            "hetgen (import hetgen.launcher: no module)"
+        ]
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("lacks `torchrun`, sagemaker-pytorch-training"),
+        "{message}"
+    );
+    // The fix names this environment's own pip.
+    assert!(
+        fix.contains(&format!("{} -m pip install", bin.join("python").display())),
+        "{fix}"
+    );
+    assert!(err.is_environment());
+    assert!(
+        !job_dir.exists(),
+        "nothing is laid out for a run that cannot start"
+    );
+}
+
+#[test]
+fn a_contained_host_sees_the_cluster_s_names_in_either_kind_of_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("etc-hosts");
+    std::fs::write(
+        &file,
+        hetgen_local::framework::etc_hosts("127.9.8.7 algo-1\n"),
+    )
+    .unwrap();
+    let check = script(
+        dir.path(),
+        "check",
+        "[ $$ = 1 ] && getent hosts algo-1 | grep -q '^127.9.8.7 '",
+    );
+    let Some(unshare) = hetgen_local::framework::find_unshare("") else {
+        return; // no util-linux: hosts are not contained, which the run says
+    };
+    let privileged = hetgen_local::framework::HostsBinding::privileged(&file);
+    let user = hetgen_local::framework::HostsBinding::in_user_namespace(&file);
+    assert!(user.is_user_namespace() && !privileged.is_user_namespace());
+    // Whichever kinds this machine grants must give the names; the first it grants is chosen.
+    let granted: Vec<bool> = [&privileged, &user]
+        .iter()
+        .map(|binding| {
+            let works = hetgen_local::framework::contains(&unshare, binding, Path::new("true"));
+            if works {
+                assert!(
+                    hetgen_local::framework::contains(&unshare, binding, &check),
+                    "a contained host does not see algo-1 (user namespace: {})",
+                    binding.is_user_namespace()
+                );
+            }
+            works
+        })
+        .collect();
+    let chosen = hetgen_local::framework::containment(&unshare, &file);
+    match granted.iter().position(|g| *g) {
+        Some(0) => assert!(!chosen.unwrap().is_user_namespace()),
+        Some(_) => assert!(chosen.unwrap().is_user_namespace()),
+        None => assert!(chosen.is_none()),
+    }
+    // Outside, nothing changed.
+    let outside = std::process::Command::new("getent")
+        .args(["hosts", "algo-1"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(!outside.contains("127.9.8.7"), "{outside}");
+}
