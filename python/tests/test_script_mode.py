@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -106,7 +107,11 @@ def test_a_script_that_raises_on_one_host_fails_the_job_and_stops_every_host(tmp
     assert record["status"] == "Failed"
     # The failure file of the host that failed first, as SageMaker reports it.
     assert record["failure_reason"].startswith("AlgorithmError: ")
-    assert "training script `train.py` exited with status 1" in record["failure_reason"]
+    reason = record["failure_reason"]
+    assert "training script `train.py` exited with status 1" in reason
+    # The script's own error, where it was raised, not torchrun's banner around it.
+    assert re.search(r'File "[^"]*train\.py", line \d+, in <module>\n\w*Error: ', reason), reason
+    assert "ChildFailedError" not in reason, reason
     # Nobody waited for a watchdog: the failure ended every host, the data hosts cleanly.
     assert time.monotonic() - started < 200
     data = [h for h in record["hosts"] if h["group"] == "data_group"]

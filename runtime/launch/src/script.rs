@@ -29,8 +29,10 @@ use hetgen_env::Env;
 use hetgen_pipeline::BoxError;
 use hetgen_spec::model::{Job, ScriptTrainer};
 
-/// Lines of the script's stderr kept for the failure reason.
-const TAIL_LINES: usize = 12;
+/// Lines of the script's stderr kept to find its error in.
+const TAIL_LINES: usize = 200;
+/// Lines of that tail shown when no Python exception is found in it.
+const SHOWN_LINES: usize = 12;
 /// SageMaker shows at most 1024 characters of a failure reason; leave room for the prefix.
 const TAIL_CHARS: usize = 800;
 
@@ -185,7 +187,7 @@ pub fn run(
         (None, None) => (1, "failed".to_owned()),
     };
     let lines: Vec<String> = tail.into_iter().collect();
-    let mut text = lines.join("\n");
+    let mut text = script_error(&lines);
     if text.len() > TAIL_CHARS {
         let mut cut = text.len() - TAIL_CHARS;
         while !text.is_char_boundary(cut) {
@@ -203,6 +205,47 @@ pub fn run(
             format!(":\n{text}")
         },
     }))
+}
+
+/// What the failure reason shows of the script's stderr: its own error, the last Python
+/// exception line with the `File "…", line N` it was raised at, rather than the
+/// `ChildFailedError` banner torchrun prints around it; the last lines when there is none.
+fn script_error(lines: &[String]) -> String {
+    // torchrun may prefix a worker's lines with `[rankN]:`.
+    let bare = |line: &str| -> String {
+        let line = line.trim_start();
+        match line.strip_prefix("[rank").and_then(|r| r.split_once("]:")) {
+            Some((rank, rest)) if rank.chars().all(|c| c.is_ascii_digit()) => {
+                rest.trim().to_owned()
+            }
+            _ => line.trim_end().to_owned(),
+        }
+    };
+    let is_exception = |line: &str| {
+        let Some((name, _)) = line.split_once(':') else {
+            return false;
+        };
+        let last = name.rsplit('.').next().unwrap_or(name);
+        !name.contains(' ')
+            && !name.is_empty()
+            && (last.ends_with("Error") || last.ends_with("Exception") || last == "KeyboardInterrupt")
+            // torchrun's own summary of a failed worker, not the script's error.
+            && last != "ChildFailedError"
+    };
+    let Some(at) = lines.iter().rposition(|l| is_exception(&bare(l))) else {
+        let from = lines.len().saturating_sub(SHOWN_LINES);
+        return lines[from..].join("\n");
+    };
+    let place = lines[..at]
+        .iter()
+        .rev()
+        .map(|l| bare(l))
+        .find(|l| l.starts_with("File \""));
+    place
+        .into_iter()
+        .chain([bare(&lines[at])])
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Instance types with EFA for NCCL, and those whose EFA also does RDMA: the lists of AWS's
@@ -323,6 +366,39 @@ mod tests {
             channels: BTreeMap::new(),
             channel_dirs: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn the_failure_names_the_script_s_error_not_torchrun_s_banner() {
+        let stderr = r#"[rank1]: Traceback (most recent call last):
+[rank1]:   File "/opt/ml/code/train.py", line 6, in <module>
+[rank1]:     raise RuntimeError("rank 1 gives up on purpose")
+[rank1]: RuntimeError: rank 1 gives up on purpose
+E1204 13:00:00.000000 100 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1)
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/opt/ml/code/train.py FAILED
+------------------------------------------------------------"#;
+        let lines: Vec<String> = stderr.lines().map(str::to_owned).collect();
+        assert_eq!(
+            script_error(&lines),
+            "File \"/opt/ml/code/train.py\", line 6, in <module>\n\
+             RuntimeError: rank 1 gives up on purpose"
+        );
+        // Without a Python exception, the last lines.
+        let plain: Vec<String> = (0..20).map(|i| format!("line {i}")).collect();
+        assert_eq!(script_error(&plain).lines().next(), Some("line 8"));
+        let dotted = vec![
+            "  File \"x.py\", line 2, in f".to_owned(),
+            "my.pkg.BadInputError: no".to_owned(),
+        ];
+        assert_eq!(
+            script_error(&dotted),
+            "File \"x.py\", line 2, in f\nmy.pkg.BadInputError: no"
+        );
     }
 
     #[test]
