@@ -160,13 +160,15 @@ pub fn run(
     } else {
         format!("{} finished training", env.host())
     };
-    // A job being stopped stops its data hosts too (each got the same signal): telling them
-    // would only wait on servers that are gone, past the stop's grace period.
-    if signalled.load(Ordering::SeqCst) {
-        tracing::info!("the job is being stopped: not telling the data servers");
+    // After a signal the data servers are told all the same (this host alone may have been
+    // stopped), but briefly: when the whole job is being stopped they got the signal too and
+    // are gone, and waiting on them would outlast the stop's grace period.
+    let patience = if signalled.load(Ordering::SeqCst) {
+        Duration::from_secs(1)
     } else {
-        tell_data_servers(job, env, failed, &reason);
-    }
+        Duration::from_secs(5)
+    };
+    tell_data_servers(job, env, failed, &reason, patience);
     if !failed {
         return Ok(format!(
             "training script finished ({} host(s) × {} process(es))",
@@ -297,7 +299,7 @@ fn collective_environment(env: &Env) -> Vec<(&'static str, String)> {
 
 /// This host finished: every data server is told (best effort; a server not told exits by its
 /// watchdog).
-fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str) {
+fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience: Duration) {
     if data_hosts(job, env).is_empty() {
         return;
     }
@@ -305,9 +307,7 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str) {
     // The servers have been up all along; one that does not answer within seconds has stopped
     // already (another host failed, or the job is being stopped), and waiting longer would only
     // hold this host up.
-    match connect_to_job(job, env, id, None, |c| {
-        c.connect_timeout = Duration::from_secs(5)
-    }) {
+    match connect_to_job(job, env, id, None, |c| c.connect_timeout = patience) {
         Ok(client) => {
             for (host, why) in client.finished(env.host(), failed, reason) {
                 tracing::warn!(%host, %why, "could not tell a data server this host finished (its watchdog will stop it)");
