@@ -38,6 +38,11 @@ libjpeg="$(cc -print-file-name=libjpeg.so)"
 [ -f "$libjpeg" ] || { echo "wheel: libjpeg.so not found; run scripts/system-deps.sh" >&2; exit 1; }
 
 rm -rf "${CARGO_TARGET_DIR:?}/$out"
+# maturin hard-links cargo's module into target/maturin/ and its repair rewrites that file in
+# place (patchelf), which rewrites cargo's own copy too: a later build that cargo finds fresh
+# would then repair an already repaired module and fail. Removing both makes cargo link anew.
+rm -f "$CARGO_TARGET_DIR/maturin/lib_native.so" \
+  "$CARGO_TARGET_DIR"/x86_64-unknown-linux-gnu/{debug,release}/deps/lib_native.so
 # LIBJPEG_NO_PKG_CONFIG: pkg-config would add -I/usr/include, whose glibc headers are not the
 # ones zig links against.
 PATH="$PATH:$tools/bin:$zig_dir" LIBJPEG_NO_PKG_CONFIG=1 \
