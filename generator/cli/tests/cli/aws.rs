@@ -588,12 +588,9 @@ fn framework_project() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, wheel)
 }
 
-#[test]
-fn a_job_on_aws_s_image_uploads_its_bundle_then_submits() {
-    let moto = Moto::start();
-    let (project, wheel) = framework_project();
-    boto3(&moto, "s3.create_bucket(Bucket='example-bucket')");
-    let out = aws(
+/// `hetgen deploy` of the project against moto, shipping `wheel`.
+fn deploy_with_wheel(moto: &Moto, project: &Path, wheel: &Path) -> Output {
+    aws(
         &[
             "deploy",
             "--endpoint-url",
@@ -601,9 +598,17 @@ fn a_job_on_aws_s_image_uploads_its_bundle_then_submits() {
             "--wheel",
             wheel.to_str().unwrap(),
         ],
-        project.path(),
+        project,
         true,
-    );
+    )
+}
+
+#[test]
+fn a_job_on_aws_s_image_uploads_its_bundle_then_submits() {
+    let moto = Moto::start();
+    let (project, wheel) = framework_project();
+    boto3(&moto, "s3.create_bucket(Bucket='example-bucket')");
+    let out = deploy_with_wheel(&moto, project.path(), &wheel);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let name = stderr(&out)
         .lines()
@@ -666,17 +671,7 @@ fn a_failed_upload_submits_nothing() {
     let moto = Moto::start();
     let (project, wheel) = framework_project();
     // No bucket.
-    let out = aws(
-        &[
-            "deploy",
-            "--endpoint-url",
-            &moto.url,
-            "--wheel",
-            wheel.to_str().unwrap(),
-        ],
-        project.path(),
-        true,
-    );
+    let out = deploy_with_wheel(&moto, project.path(), &wheel);
     assert_eq!(code(&out), 78, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("no S3 bucket `example-bucket`"),
