@@ -174,6 +174,32 @@ pub fn check_environment(
     })
 }
 
+/// Why a run's hosts are not contained, for the run's notes.
+pub const UNCONTAINED: &str = "hosts cannot have namespaces of their own here (that needs root, \
+     or unprivileged user namespaces, and util-linux's `unshare`): the toolkit's wait for host \
+     names is skipped (SM_STUDIO_LOCAL_MODE=true), and only hetgen resolves them";
+
+/// Readies the laid-out hosts of a run on AWS's image: an empty code folder each (the toolkit
+/// unpacks the bundle only into an empty one, as in the image), and the hosts file every host
+/// sees as `/etc/hosts`. Returns how to contain a host, `None` where this machine cannot.
+pub fn prepare_hosts(
+    layout: &crate::Layout,
+    path: &str,
+) -> Result<Option<(HostsBinding, PathBuf)>, LocalError> {
+    for host in &layout.cluster.hosts {
+        let code = layout.host_dir(host).join("code");
+        std::fs::create_dir_all(&code)
+            .map_err(|source| LocalError::Write { path: code, source })?;
+    }
+    let file = layout.job_dir.join("etc-hosts");
+    let text = etc_hosts(&layout.cluster.hosts_file());
+    std::fs::write(&file, text).map_err(|source| LocalError::Write {
+        path: file.clone(),
+        source,
+    })?;
+    Ok(find_unshare(path).and_then(|u| containment(&u, &file).map(|b| (b, u))))
+}
+
 /// `/etc/hosts` as each host sees it: the machine's own, then the simulated hosts.
 pub fn etc_hosts(cluster_lines: &str) -> String {
     let mut text = std::fs::read_to_string("/etc/hosts")

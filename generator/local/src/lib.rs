@@ -195,29 +195,13 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     let mut notes = Vec::new();
     let hosts_binding = match &toolkit {
         Some(_) => {
-            // As in AWS's image: the toolkit unpacks the bundle only into an empty folder.
-            for host in &layout.cluster.hosts {
-                let code = layout.host_dir(host).join("code");
-                std::fs::create_dir_all(&code)
-                    .map_err(|source| LocalError::Write { path: code, source })?;
-            }
-            let file = layout.job_dir.join("etc-hosts");
-            let text = framework::etc_hosts(&layout.cluster.hosts_file());
-            std::fs::write(&file, text).map_err(|source| LocalError::Write {
-                path: file.clone(),
-                source,
-            })?;
-            let path = inherited.get("PATH").cloned().unwrap_or_default();
-            let contained = framework::find_unshare(&path)
-                .and_then(|u| framework::containment(&u, &file).map(|b| (b, u)));
+            let path = inherited
+                .get("PATH")
+                .map(String::as_str)
+                .unwrap_or_default();
+            let contained = framework::prepare_hosts(&layout, path)?;
             if contained.is_none() {
-                notes.push(
-                    "hosts cannot have namespaces of their own here (that needs root, or \
-                     unprivileged user namespaces, and util-linux's `unshare`): the toolkit's \
-                     wait for host names is skipped (SM_STUDIO_LOCAL_MODE=true), and only \
-                     hetgen resolves them"
-                        .to_owned(),
-                );
+                notes.push(framework::UNCONTAINED.to_owned());
                 variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
             }
             contained

@@ -14,8 +14,9 @@ pub fn run(args: &BundleArgs) -> Result<ExitCode, Failure> {
     // The bundle carries rendered files (the entry point, requirements, job.json): they must
     // be the spec's.
     ensure_fresh(&rendered, &args.out)?;
-    super::note_debug_wheel(&super::wheel_path(&args.wheel));
-    let bundle = write_bundle(&job, &args.spec, &args.out, &args.wheel)?;
+    let wheel = super::wheel_path(&args.wheel);
+    super::note_debug_wheel(&wheel);
+    let bundle = write_bundle(&job, &args.spec, &args.out, &wheel)?;
     println!("{}", bundle.archive.display());
     eprintln!(
         "bundled `{}`: {} files, {:.1} MiB, in {} (and {})",

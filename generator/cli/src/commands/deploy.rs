@@ -47,8 +47,9 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // that downloads it is submitted.
     let bundle = match request.submit_directory() {
         Some(uri) => {
-            super::note_debug_wheel(&super::wheel_path(&args.wheel));
-            Some((write_bundle(&job, &args.spec, &args.out, &args.wheel)?, uri))
+            let wheel = super::wheel_path(&args.wheel);
+            super::note_debug_wheel(&wheel);
+            Some((write_bundle(&job, &args.spec, &args.out, &wheel)?, uri))
         }
         None => None,
     };

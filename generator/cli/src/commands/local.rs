@@ -30,7 +30,8 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // bundle; on hetgen's own image, with the launcher built from the rendered crate.
     let framework = match job.sagemaker.as_ref().filter(|sm| sm.framework.is_some()) {
         Some(sm) => {
-            let bundle = write_bundle(&job, &args.spec, &args.out, &args.wheel)?;
+            let bundle =
+                write_bundle(&job, &args.spec, &args.out, &super::wheel_path(&args.wheel))?;
             Some(FrameworkRun {
                 bundle: std::path::absolute(&bundle.archive).unwrap_or(bundle.archive),
                 hyperparameters: hetgen_render::request::hyperparameters(&job, sm),

@@ -145,19 +145,19 @@ pub fn note_debug_wheel(wheel: &Path) {
     }
 }
 
-/// Writes the source bundle of `job` (rendered under `out`, from the spec at `spec`).
+/// Writes the source bundle of `job` (rendered under `out`, from the spec at `spec`), shipping
+/// `wheel` ([`wheel_path`]).
 pub fn write_bundle(
     job: &Job,
     spec: &Path,
     out: &Path,
-    wheel: &crate::cli::WheelArgs,
+    wheel: &Path,
 ) -> Result<hetgen_render::bundle::Bundle, Failure> {
-    let wheel = wheel_path(wheel);
     let inputs = hetgen_render::bundle::Inputs {
         job,
         spec_dir: spec_dir(spec),
         out_dir: out,
-        wheel: &wheel,
+        wheel,
     };
     Ok(hetgen_render::bundle::bundle(
         &inputs,
