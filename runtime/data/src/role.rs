@@ -122,7 +122,19 @@ pub fn run_data_role(
     })
 }
 
-/// SIGTERM is how SageMaker stops a job (then SIGKILL after 120 s); SIGINT is Ctrl-C.
+/// How long a stopped server goes on serving trainers that are still streaming.
+///
+/// A stop (StopTrainingJob, Ctrl-C on a local run) signals every host at once. A trainer's script
+/// learns of it a moment later than this server does (through its launcher and torchrun), and
+/// meanwhile its loader would fail with "every data server failed" instead of the script's own
+/// SIGTERM handler running (to save a checkpoint, say). So the server keeps serving until every
+/// trainer host has said it finished (their launchers always say so, signal or not), and stops
+/// on its own after this long: well inside SageMaker's 120 s before SIGKILL and `deploy
+/// --local`'s default 10 s grace.
+pub const STOP_DRAIN: Duration = Duration::from_secs(5);
+
+/// SIGTERM is how SageMaker stops a job (then SIGKILL after 120 s); SIGINT is Ctrl-C. The
+/// future completes [`STOP_DRAIN`] after the first, or at once on a second.
 ///
 /// The handlers are installed when this is called (inside the runtime), not when the future is
 /// first polled: `serve` polls it on a task of its own, after the port already answers, and a
@@ -138,9 +150,20 @@ pub fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
             // Without signal handlers the default action (exit) still stops the process.
             return std::future::pending().await;
         };
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(
+            drain_s = STOP_DRAIN.as_secs(),
+            "{name} received; serving the trainers until they finish"
+        );
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
+            _ = tokio::time::sleep(STOP_DRAIN) => {
+                tracing::info!("trainers still streaming after the drain period; stopping");
+            }
+            _ = term.recv() => tracing::info!("SIGTERM received again; stopping now"),
+            _ = int.recv() => tracing::info!("SIGINT received again; stopping now"),
         }
     }
 }

@@ -183,26 +183,77 @@ fn servers_exit_by_watchdog_when_the_trainer_disappears() {
     assert!(stderr.contains("watchdog"), "{stderr}");
 }
 
+/// Sends `signal` (`TERM`, `INT`) to `child`.
+fn signal(child: &Child, signal: &str) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status();
+    assert!(sent.unwrap().success());
+}
+
 #[test]
-fn sigterm_stops_a_streaming_server_cleanly() {
+fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
     let cluster = Cluster::new(1);
     let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
     let job = job();
     let client = connect(&job, &cluster.hosts(&["algo-1"]));
     let mut stream = client.stream(input(&job, &client, 50, false), None);
     stream.next_batch().unwrap().unwrap();
-    let pid = children.0[0].id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
+    signal(&children.0[0], "TERM");
+    // The whole job is being stopped and the trainer's own signal is on its way: the server
+    // goes on serving it meanwhile instead of failing its stream.
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..3 {
+        stream
+            .next_batch()
             .unwrap()
-            .success()
-    );
+            .expect("still served after SIGTERM");
+    }
+    assert!(children.0[0].try_wait().unwrap().is_none());
+    drop(stream);
+    // The trainer's launcher says it finished: the server stops at once, cleanly.
+    let unreached = client.shutdown("stopped");
+    assert!(unreached.is_empty(), "{unreached:?}");
     let (status, stderr) =
         exited_within(&mut children.0[0], Duration::from_secs(4)).expect("exits within 4 s");
     assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("SIGTERM"), "{stderr}");
+    assert!(stderr.contains("SIGTERM received"), "{stderr}");
+}
+
+#[test]
+fn a_second_signal_stops_a_draining_server_at_once() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
+    let job = job();
+    let client = connect(&job, &cluster.hosts(&["algo-1"]));
+    let mut stream = client.stream(input(&job, &client, 50, false), None);
+    stream.next_batch().unwrap().unwrap();
+    signal(&children.0[0], "TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&children.0[0], "INT");
+    // Well before the drain period would have ended.
+    let (status, stderr) =
+        exited_within(&mut children.0[0], Duration::from_secs(3)).expect("exits at once");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("SIGINT received again"), "{stderr}");
+}
+
+#[test]
+fn a_draining_server_stops_on_its_own_when_the_trainer_never_finishes() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
+    let job = job();
+    let client = connect(&job, &cluster.hosts(&["algo-1"]));
+    let mut stream = client.stream(input(&job, &client, 50, false), None);
+    stream.next_batch().unwrap().unwrap();
+    signal(&children.0[0], "TERM");
+    // The trainer keeps its connection (and heartbeats) but never says it finished.
+    let (status, stderr) = exited_within(&mut children.0[0], Duration::from_secs(12))
+        .expect("stops after the drain period");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("after the drain period"), "{stderr}");
+    drop(stream);
 }
 
 #[test]
