@@ -34,6 +34,8 @@ pub enum Command {
     Stop(StopArgs),
     /// List recent training jobs that hetgen started
     List(ListArgs),
+    /// Print a job's logs, every host's lines labelled (a SageMaker job or a local run)
+    Logs(LogsArgs),
     /// Size the cluster: vCPU:GPU ratio, GPU cap, the cheapest data groups that remove it
     Plan(PlanArgs),
     /// Compare two clusters' cost per step from measured step times
@@ -169,11 +171,14 @@ pub struct DeployArgs {
     /// Use this TrainingJobName as it is, without a unique suffix
     #[arg(long)]
     pub name: Option<String>,
-    /// Follow the job until it ends; exit 0 only if it completes
+    /// Follow the job and every host's log until it ends; exit 0 only if it completes
     #[arg(long)]
     pub wait: bool,
-    /// Seconds between status polls with --wait
-    #[arg(long, value_name = "SECONDS", default_value = "30",
+    /// With --wait: show status changes only, not the hosts' log lines
+    #[arg(long, requires = "wait")]
+    pub no_logs: bool,
+    /// Seconds between polls of the job's status and logs with --wait
+    #[arg(long, value_name = "SECONDS", default_value = "10",
           value_parser = value::seconds(Low::From(0.01), 3600.0))]
     pub poll_interval: Duration,
     /// Print the request instead of sending it (a job on AWS's PyTorch image is bundled, not
@@ -242,6 +247,36 @@ pub struct StatusArgs {
 pub struct StopArgs {
     /// The training job's name
     pub job: String,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// A SageMaker training job's name, or a local run's job folder (or its name, under OUT)
+    pub job: String,
+    /// Keep printing new lines until the job ends (Ctrl-C stops following, not the job)
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Only this host's lines (repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub host: Vec<String>,
+    /// Only this instance group's lines (repeatable)
+    #[arg(long, value_name = "GROUP")]
+    pub group: Vec<String>,
+    /// Only lines from this long ago (`10m`, `2h`) or since this time (RFC 3339, UTC)
+    #[arg(long, value_name = "AGE|TIME", value_parser = value::since)]
+    pub since: Option<std::time::SystemTime>,
+    /// Output format: `json` is one object per line
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Folder `hetgen render` wrote to, where local runs are looked for by name
+    #[arg(long, default_value = "build")]
+    pub out: PathBuf,
+    /// Seconds between polls with --follow
+    #[arg(long, value_name = "SECONDS", default_value = "5",
+          value_parser = value::seconds(Low::From(0.01), 3600.0))]
+    pub poll_interval: Duration,
     #[command(flatten)]
     pub aws: AwsArgs,
 }
@@ -418,6 +453,22 @@ pub mod value {
     pub fn seconds(low: Low, high: f64) -> impl Parser<Duration> {
         let parse = real(low, high, "a number of seconds");
         move |text: &str| parse(text).map(Duration::from_secs_f64)
+    }
+
+    /// `--since`: an age (`90s`, `10m`, `2h`, `1day`) before now, or an RFC 3339 time.
+    pub fn since(text: &str) -> Result<std::time::SystemTime, String> {
+        let text = text.trim();
+        if let Ok(time) = humantime::parse_rfc3339_weak(text) {
+            return Ok(time);
+        }
+        let age = humantime::parse_duration(text).map_err(|_| {
+            "expected an age such as `10m` or `2h`, or a time such as `2026-12-04T14:00:00Z`"
+                .to_owned()
+        })?;
+        std::time::SystemTime::now()
+            .checked_sub(age)
+            .filter(|t| *t >= std::time::UNIX_EPOCH)
+            .ok_or_else(|| format!("`{text}` ago is before 1970"))
     }
 
     /// A whole number in `low ..= high`.

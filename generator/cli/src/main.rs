@@ -3,7 +3,9 @@
 mod cli;
 mod commands;
 mod exit;
+mod follow;
 mod output;
+mod view;
 
 use std::process::ExitCode;
 
@@ -22,6 +24,7 @@ fn main() -> ExitCode {
         cli::Command::Status(args) => commands::jobs::status(&args),
         cli::Command::Stop(args) => commands::jobs::stop(&args),
         cli::Command::List(args) => commands::jobs::list(&args),
+        cli::Command::Logs(args) => commands::logs::run(&args),
         cli::Command::Plan(args) => commands::plan::plan(&args),
         cli::Command::Compare(args) => commands::plan::compare(&args),
         cli::Command::Profile(args) => commands::profile::run(&args),

@@ -1,4 +1,4 @@
-//! Building a SageMaker client the way the AWS CLI would.
+//! Building AWS clients the way the AWS CLI would.
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region};
@@ -19,26 +19,42 @@ pub struct Connection {
     pub endpoint_url: Option<String>,
 }
 
-/// A client for `conn`, with credentials resolved up front so a missing credential is reported
-/// as such rather than as a failed request.
-pub async fn connect(conn: &Connection, spec_region: Option<&str>) -> Result<Client, DeployError> {
-    Ok(Client::new(&config(conn, spec_region).await?))
+/// One AWS configuration (credential chain, region, endpoint, retry policy) and the clients
+/// built from it: SageMaker, S3 for the source bundle, CloudWatch Logs for a job's output. One
+/// credentials cache serves them all, so a chain that costs a call (a role to assume, a
+/// `credential_process`) is paid once.
+#[derive(Debug, Clone)]
+pub struct Aws {
+    config: aws_config::SdkConfig,
 }
 
-/// A SageMaker client and an S3 client for `conn`, from one configuration: the same
-/// credential chain, region and endpoint, and one credentials cache, so a chain that costs a
-/// call (a role to assume, a `credential_process`) is not paid twice. With an endpoint of one's
-/// own (an emulator, a VPC endpoint) buckets are addressed by path, since such an endpoint has
-/// no per-bucket host names.
-pub async fn connect_with_s3(
-    conn: &Connection,
-    spec_region: Option<&str>,
-) -> Result<(Client, aws_sdk_s3::Client), DeployError> {
-    let config = config(conn, spec_region).await?;
-    let s3 = aws_sdk_s3::config::Builder::from(&config)
-        .force_path_style(config.endpoint_url().is_some())
-        .build();
-    Ok((Client::new(&config), aws_sdk_s3::Client::from_conf(s3)))
+impl Aws {
+    /// Resolves the configuration for `conn`, with credentials resolved up front so a missing
+    /// credential is reported as such rather than as a failed request.
+    pub async fn connect(conn: &Connection, spec_region: Option<&str>) -> Result<Aws, DeployError> {
+        Ok(Aws {
+            config: config(conn, spec_region).await?,
+        })
+    }
+
+    /// SageMaker.
+    pub fn sagemaker(&self) -> Client {
+        Client::new(&self.config)
+    }
+
+    /// S3. With an endpoint of one's own (an emulator, a VPC endpoint) buckets are addressed by
+    /// path, since such an endpoint has no per-bucket host names.
+    pub fn s3(&self) -> aws_sdk_s3::Client {
+        let s3 = aws_sdk_s3::config::Builder::from(&self.config)
+            .force_path_style(self.config.endpoint_url().is_some())
+            .build();
+        aws_sdk_s3::Client::from_conf(s3)
+    }
+
+    /// CloudWatch Logs.
+    pub fn logs(&self) -> aws_sdk_cloudwatchlogs::Client {
+        aws_sdk_cloudwatchlogs::Client::new(&self.config)
+    }
 }
 
 async fn config(
@@ -46,7 +62,8 @@ async fn config(
     spec_region: Option<&str>,
 ) -> Result<aws_config::SdkConfig, DeployError> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        // Throttling and transient faults are retried with exponential backoff.
+        // Throttling and transient faults are retried with exponential backoff (a followed
+        // job's logs poll CloudWatch's per-account rate of GetLogEvents).
         .retry_config(RetryConfig::standard().with_max_attempts(6));
     if let Some(profile) = &conn.profile {
         loader = loader.profile_name(profile);

@@ -28,10 +28,14 @@ pub enum DeployError {
     #[diagnostic(
         code("hetgen::aws::access-denied"),
         help(
-            "the caller needs `sagemaker:{operation}` (and `iam:PassRole` on the job's role to create jobs)"
+            "the caller needs `{service}:{operation}` (and `iam:PassRole` on the job's role to create jobs)"
         )
     )]
-    AccessDenied { operation: String, message: String },
+    AccessDenied {
+        service: &'static str,
+        operation: String,
+        message: String,
+    },
     /// CreateTrainingJob with a name that exists.
     #[error("a training job named `{name}` already exists")]
     #[diagnostic(
@@ -135,8 +139,22 @@ impl DeployError {
         )
     }
 
-    /// Classifies an SDK error of `operation` (on job `name`).
+    /// Classifies an SDK error of SageMaker's `operation` (on job `name`).
     pub(crate) fn from_sdk<E, R>(operation: &str, name: &str, err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + 'static,
+    {
+        Self::from_service("sagemaker", operation, name, err)
+    }
+
+    /// Classifies an SDK error of `service`'s `operation` (IAM's prefix: `sagemaker`, `logs`).
+    pub(crate) fn from_service<E, R>(
+        service: &'static str,
+        operation: &str,
+        name: &str,
+        err: SdkError<E, R>,
+    ) -> Self
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
         R: std::fmt::Debug + 'static,
@@ -151,7 +169,11 @@ impl DeployError {
         let operation = operation.to_owned();
         match code.as_str() {
             "AccessDeniedException" | "AccessDenied" | "UnrecognizedClientException" => {
-                DeployError::AccessDenied { operation, message }
+                DeployError::AccessDenied {
+                    service,
+                    operation,
+                    message,
+                }
             }
             "ResourceInUse" => DeployError::NameInUse {
                 name: name.to_owned(),

@@ -1,24 +1,27 @@
 //! # hetgen-deploy
 //!
 //! Talks to Amazon SageMaker: submits the rendered `create-training-job.json`, describes,
-//! stops and lists jobs, and follows a job to its end. The only crate that builds the AWS SDK.
+//! stops and lists jobs, and follows a job and its logs to its end. The only crate that builds the AWS SDK.
 //!
-//! - [`connect`]: a client from the default credential chain, a profile, a region and an
-//!   optional endpoint (emulators, VPC endpoints).
+//! - [`Aws`]: clients from the default credential chain, a profile, a region and an optional
+//!   endpoint (emulators, VPC endpoints).
 //! - [`request`]: the rendered JSON request turned into the SDK's call.
 //! - [`jobs`]: submit, describe, stop, list, wait.
 //! - [`upload`]: a job's source bundle to S3 (jobs on AWS's PyTorch image).
+//! - [`logs`]: a job's CloudWatch logs, every host's stream, followed exactly once.
 //! - [`DeployError`]: what went wrong, in words a user can act on.
 
 mod connect;
 mod error;
 pub mod jobs;
+pub mod logs;
 pub mod request;
 mod suffix;
 mod token;
 pub mod upload;
 
-pub use connect::{Connection, connect, connect_with_s3};
+pub use aws_sdk_sagemaker::Client as SageMakerClient;
+pub use connect::{Aws, Connection};
 pub use error::DeployError;
 pub use jobs::{JobStatus, Transition};
 pub use suffix::unique_name;

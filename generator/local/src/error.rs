@@ -48,6 +48,15 @@ pub enum LocalError {
         #[source]
         source: std::io::Error,
     },
+    /// A job folder's `log.jsonl` that cannot be read.
+    #[error("cannot read the job log {path}: {message}")]
+    #[diagnostic(
+        code(hetgen::local::log),
+        help(
+            "the file is written by `hetgen deploy --local`; each host's raw output is in `hosts/<host>/output/log.txt`"
+        )
+    )]
+    BadLog { path: PathBuf, message: String },
     /// `--env` without `=`.
     #[error("`{flag}` is not `KEY=VALUE`")]
     #[diagnostic(code(hetgen::local::env), help("write `--env NAME=value`"))]

@@ -34,6 +34,7 @@
 pub mod cpus;
 mod error;
 pub mod framework;
+pub mod joblog;
 pub mod launcher;
 pub mod layout;
 pub mod record;
@@ -315,7 +316,8 @@ impl LocalJob {
         stop: &StopRequests,
         observer: &mut dyn Observer,
     ) -> Result<JobRecord, LocalError> {
-        let outcome = supervise::supervise(&self.commands, self.limits, stop, observer)?;
+        let mut recorder = joblog::Recorder::create(&self.layout.job_dir, observer)?;
+        let outcome = supervise::supervise(&self.commands, self.limits, stop, &mut recorder)?;
         let trainers: Vec<&HostCommand> = self
             .commands
             .iter()

@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::LocalError;
 
+/// The record's file in the job folder, written once the run has ended.
+pub const RECORD_FILE: &str = "job-record.json";
+
 /// The record of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobRecord {
@@ -71,7 +74,7 @@ pub struct HostRecord {
 impl JobRecord {
     /// Where the record of a run in `job_dir` goes.
     pub fn path(job_dir: &Path) -> PathBuf {
-        job_dir.join("job-record.json")
+        job_dir.join(RECORD_FILE)
     }
 
     /// Writes the record into its job folder.

@@ -180,7 +180,8 @@ impl StopRequests {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn count(&self) -> usize {
+    /// How many stops were asked for so far.
+    pub fn count(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
 }

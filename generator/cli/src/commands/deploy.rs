@@ -1,17 +1,18 @@
 //! `hetgen deploy [SPEC]`: send what `hetgen render` wrote to SageMaker.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+use hetgen_deploy::logs::JobLogs;
 use hetgen_deploy::request::Request;
-use hetgen_deploy::{Transition, jobs, unique_name};
+use hetgen_deploy::{jobs, unique_name};
 use hetgen_env::TOKEN_VAR;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{ensure_fresh, render_spec, write_bundle};
-use crate::cli::DeployArgs;
+use crate::cli::{DeployArgs, Format};
 use crate::exit::Failure;
+use crate::follow::{Ended, Follow, interrupted_note};
+use crate::view::{Filter, LogView, Target, label_width, summary_lines};
 
 /// `hetgen deploy` to SageMaker; `main` sends `--local` to [`super::local`].
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
@@ -62,33 +63,48 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     }
 
     super::block_on(async {
-        let conn = args.aws.connection();
-        let client = match &bundle {
-            Some((bundle, uri)) => {
-                let (client, s3) = hetgen_deploy::connect_with_s3(&conn, Some(&sm.region)).await?;
-                hetgen_deploy::upload::upload(&s3, &bundle.archive, uri).await?;
-                eprintln!(
-                    "uploaded the source bundle ({:.1} MiB) to {uri}",
-                    bundle.bytes as f64 / (1024.0 * 1024.0)
-                );
-                client
-            }
-            None => hetgen_deploy::connect(&conn, Some(&sm.region)).await?,
-        };
+        let aws = hetgen_deploy::Aws::connect(&args.aws.connection(), Some(&sm.region)).await?;
+        let client = aws.sagemaker();
+        if let Some((bundle, uri)) = &bundle {
+            hetgen_deploy::upload::upload(&aws.s3(), &bundle.archive, uri).await?;
+            eprintln!(
+                "uploaded the source bundle ({:.1} MiB) to {uri}",
+                bundle.bytes as f64 / (1024.0 * 1024.0)
+            );
+        }
         let arn = jobs::submit(&client, &request).await?;
         println!("{arn}");
         eprintln!("submitted training job `{name}`");
         if !args.wait {
             return Ok(ExitCode::SUCCESS);
         }
-        let progress = Progress::new(&name);
-        let interval = args.poll_interval;
-        let end = jobs::wait(&client, &name, interval, |t| {
-            progress.suspend(|| print_transition(t))
-        })
-        .await;
-        progress.finish();
-        let end = end?;
+        // Every host of the job, labelled as `deploy --local` labels them.
+        let width = label_width(
+            job.groups.iter().map(|g| g.count as usize).sum(),
+            job.groups.iter().map(|g| g.name.as_str()),
+        );
+        let mut view = LogView::new(Format::Human, Target::Stderr, Filter::default(), width);
+        let follow = Follow {
+            sagemaker: &client,
+            logs: (!args.no_logs).then(|| JobLogs::new(aws.logs(), &name, None)),
+            name: &name,
+            interval: args.poll_interval,
+            transitions: true,
+        };
+        let ended = follow.run(&mut view).await;
+        let summary = view.finish();
+        let end = match ended? {
+            Ended::Job(end) => end,
+            Ended::Interrupted => {
+                eprintln!("{}", interrupted_note(&name));
+                return Ok(ExitCode::from(130));
+            }
+        };
+        if let Some(summary) = &summary {
+            for line in summary_lines(summary) {
+                eprintln!("  {line}");
+            }
+        }
         if end.status == "Completed" {
             eprintln!("training job `{name}` completed");
             Ok(ExitCode::SUCCESS)
@@ -100,49 +116,4 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             })
         }
     })
-}
-
-/// A spinner on stderr while waiting, when stderr is a terminal.
-pub struct Progress(ProgressBar);
-
-impl Progress {
-    pub fn new(name: &str) -> Self {
-        let bar = if std::io::stderr().is_terminal() {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-                .expect("the template is valid"),
-        );
-        bar.set_message(format!("waiting for `{name}`"));
-        bar.enable_steady_tick(Duration::from_millis(120));
-        Progress(bar)
-    }
-
-    pub fn suspend(&self, f: impl FnOnce()) {
-        self.0.suspend(f);
-    }
-
-    pub fn finish(&self) {
-        self.0.finish_and_clear();
-    }
-}
-
-/// `  +0:05:12  InProgress · Training`
-pub fn print_transition(t: &Transition) {
-    let s = t.after.as_secs();
-    let secondary = t
-        .secondary_status
-        .as_deref()
-        .map(|s| format!(" · {s}"))
-        .unwrap_or_default();
-    eprintln!(
-        "  +{}:{:02}:{:02}  {}{secondary}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        t.status
-    );
 }

@@ -9,7 +9,9 @@ use crate::exit::Failure;
 
 pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
     let status = super::block_on(async {
-        let client = hetgen_deploy::connect(&args.aws.connection(), None).await?;
+        let client = hetgen_deploy::Aws::connect(&args.aws.connection(), None)
+            .await?
+            .sagemaker();
         jobs::describe(&client, &args.job).await
     })?;
     match args.format {
@@ -45,7 +47,9 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
 
 pub fn stop(args: &StopArgs) -> Result<ExitCode, Failure> {
     super::block_on(async {
-        let client = hetgen_deploy::connect(&args.aws.connection(), None).await?;
+        let client = hetgen_deploy::Aws::connect(&args.aws.connection(), None)
+            .await?
+            .sagemaker();
         jobs::stop(&client, &args.job).await
     })?;
     eprintln!(
@@ -57,7 +61,9 @@ pub fn stop(args: &StopArgs) -> Result<ExitCode, Failure> {
 
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
     let jobs = super::block_on(async {
-        let client = hetgen_deploy::connect(&args.aws.connection(), None).await?;
+        let client = hetgen_deploy::Aws::connect(&args.aws.connection(), None)
+            .await?
+            .sagemaker();
         jobs::list(&client, args.max).await
     })?;
     match args.format {

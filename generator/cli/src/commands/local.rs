@@ -18,6 +18,7 @@ use indicatif::ProgressBar;
 use super::{build_launcher, ensure_fresh, render_spec, spinner, write_bundle};
 use crate::cli::DeployArgs;
 use crate::exit::Failure;
+use crate::view::{label_width, labelled, progress, summary_lines};
 
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     let local = &args.local;
@@ -101,7 +102,10 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     }
 
     let stop = StopRequests::from_signals();
-    let mut console = Console::new();
+    let mut console = Console::new(label_width(
+        prepared.commands.len(),
+        prepared.commands.iter().map(|c| c.host.group.as_str()),
+    ));
     let record = prepared.run(&stop, &mut console)?;
     console.bar.finish_and_clear();
     print_record(&record);
@@ -125,7 +129,7 @@ struct Console {
 }
 
 impl Console {
-    fn new() -> Self {
+    fn new(width: usize) -> Self {
         let plain = !std::io::stderr().is_terminal();
         let bar = if plain {
             ProgressBar::hidden()
@@ -133,11 +137,7 @@ impl Console {
             spinner()
         };
         bar.set_prefix("starting");
-        Console {
-            bar,
-            width: 0,
-            plain,
-        }
+        Console { bar, width, plain }
     }
 
     /// A line above the progress line; plain stderr when there is no terminal to draw on
@@ -153,33 +153,22 @@ impl Console {
 
 impl Observer for Console {
     fn started(&mut self, host: &Host, pid: u32) {
-        self.width = self.width.max(host.name.len() + host.group.len() + 3);
-        self.say(format!("[{} {}] started, pid {pid}", host.name, host.group));
+        let text = format!("started, pid {pid}");
+        self.say(labelled(&host.name, Some(&host.group), self.width, &text));
     }
 
     fn output(&mut self, host: &Host, _stream: Stream, line: &str) {
-        let prefix = format!("[{} {}]", host.name, host.group);
-        self.say(format!("{prefix:<width$} {line}", width = self.width));
+        self.say(labelled(&host.name, Some(&host.group), self.width, line));
     }
 
     fn step(&mut self, _host: &Host, step: &Step) {
         self.bar.set_prefix("training");
-        self.bar.set_message(format!(
-            "step {}  loss {:.4}  {:.0} samples/s  stall {:.1} %",
-            step.step,
-            step.loss,
-            step.samples_per_s,
-            step.stall_percent()
-        ));
+        self.bar.set_message(progress(step));
     }
 
     fn exited(&mut self, host: &Host, exit: &Exit) {
-        self.say(format!(
-            "[{} {}] {}",
-            host.name,
-            host.group,
-            exit.describe()
-        ));
+        let text = exit.describe();
+        self.say(labelled(&host.name, Some(&host.group), self.width, &text));
     }
 
     fn stopping(&mut self, reason: &str) {
@@ -209,16 +198,8 @@ fn print_record(record: &JobRecord) {
             host.name, host.group, host.duration_s
         );
     }
-    if let Some(summary) = &record.summary {
-        let _ = writeln!(
-            err,
-            "  trainer: {} steps, mean step {:.1} ms, {:.0} samples/s, stall {:.1} %, final loss {:.4}",
-            summary.steps,
-            summary.mean_step_ms,
-            summary.samples_per_s,
-            summary.stall_fraction * 100.0,
-            summary.final_loss,
-        );
+    for line in record.summary.iter().flat_map(summary_lines) {
+        let _ = writeln!(err, "  {line}");
     }
     if let Some(model) = &record.model_dir {
         let _ = writeln!(err, "  model: {}", model.display());
@@ -228,4 +209,5 @@ fn print_record(record: &JobRecord) {
         "  record: {}",
         record.job_dir.join("job-record.json").display()
     );
+    let _ = writeln!(err, "  logs: hetgen logs {}", record.job_dir.display());
 }

@@ -7,6 +7,7 @@ pub mod completions;
 pub mod deploy;
 pub mod jobs;
 pub mod local;
+pub mod logs;
 pub mod new;
 pub mod plan;
 pub mod profile;

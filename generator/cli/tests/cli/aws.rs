@@ -11,13 +11,13 @@ use super::fixture::Fixture;
 use super::{code, repo, stderr, stdout};
 
 /// moto's server, started for one test and killed when dropped.
-struct Moto {
+pub struct Moto {
     child: Child,
-    url: String,
+    pub url: String,
 }
 
 impl Moto {
-    fn start() -> Moto {
+    pub fn start() -> Moto {
         let binary = std::env::var("HETGEN_MOTO_SERVER")
             .expect("set HETGEN_MOTO_SERVER to moto's `moto_server` (make test does)");
         let port = TcpListener::bind("127.0.0.1:0")
@@ -52,7 +52,7 @@ impl Drop for Moto {
 }
 
 /// `hetgen` with fake credentials and no access to the user's AWS configuration.
-fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
+pub fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
     cmd.args(args)
         .current_dir(cwd)
@@ -77,7 +77,7 @@ fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
 }
 
 /// A project folder holding `example` as hetgen.toml, rendered into `build/`.
-fn rendered_project(example: &str) -> tempfile::TempDir {
+pub fn rendered_project(example: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         repo().join("examples").join(example),

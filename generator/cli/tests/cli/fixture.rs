@@ -1,6 +1,8 @@
 //! A scripted SageMaker endpoint for what moto cannot do (StopTrainingJob, status
 //! transitions): it answers the AWS JSON 1.1 protocol on 127.0.0.1 with a fixed sequence of
-//! DescribeTrainingJob states and records every operation it was called with.
+//! DescribeTrainingJob states and records every operation it was called with. Calls to other
+//! services (CloudWatch Logs) can be passed on to moto's server, so one endpoint URL serves a
+//! scripted job and the emulator's logs.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -11,6 +13,16 @@ use serde_json::{Value, json};
 pub struct Fixture {
     pub url: String,
     calls: Arc<Mutex<Vec<String>>>,
+}
+
+/// Called with the index of each DescribeTrainingJob call (0 first) before it is answered.
+pub type Hook = Arc<dyn Fn(usize) + Send + Sync>;
+
+/// Where calls that are not SageMaker's go, and what runs before each status is served.
+#[derive(Clone, Default)]
+struct Extras {
+    upstream: Option<String>,
+    hook: Option<Hook>,
 }
 
 impl Fixture {
@@ -25,6 +37,28 @@ impl Fixture {
     pub fn with_create_errors(
         states: &[(&str, &str, Option<&str>)],
         errors: &[(&str, &str)],
+    ) -> Fixture {
+        Fixture::serve(states, errors, Extras::default())
+    }
+
+    /// Like [`Fixture::start`], passing every call that is not SageMaker's to `upstream` (a
+    /// moto server's URL) and calling `hook` before each DescribeTrainingJob is answered.
+    pub fn with_upstream(
+        states: &[(&str, &str, Option<&str>)],
+        upstream: &str,
+        hook: impl Fn(usize) + Send + Sync + 'static,
+    ) -> Fixture {
+        let extras = Extras {
+            upstream: Some(upstream.trim_start_matches("http://").to_owned()),
+            hook: Some(Arc::new(hook)),
+        };
+        Fixture::serve(states, &[], extras)
+    }
+
+    fn serve(
+        states: &[(&str, &str, Option<&str>)],
+        errors: &[(&str, &str)],
+        extras: Extras,
     ) -> Fixture {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -61,13 +95,14 @@ impl Fixture {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { break };
-                let (calls, states, next, errors) = (
+                let (calls, states, next, errors, extras) = (
                     recorded.clone(),
                     states.clone(),
                     next.clone(),
                     errors.clone(),
+                    extras.clone(),
                 );
-                std::thread::spawn(move || serve(stream, &calls, &states, &next, &errors));
+                std::thread::spawn(move || serve(stream, &calls, &states, &next, &errors, &extras));
             }
         });
         Fixture { url, calls }
@@ -84,6 +119,7 @@ fn serve(
     states: &[Value],
     next: &Mutex<usize>,
     errors: &Mutex<Vec<Value>>,
+    extras: &Extras,
 ) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
@@ -95,6 +131,7 @@ fn serve(
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
+        let mut head = line.clone();
         loop {
             line.clear();
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -103,6 +140,9 @@ fn serve(
             let header = line.trim_end();
             if header.is_empty() {
                 break;
+            }
+            if !header.to_ascii_lowercase().starts_with("connection:") {
+                head.push_str(&line);
             }
             if let Some((name, value)) = header.split_once(':') {
                 match name.to_ascii_lowercase().as_str() {
@@ -115,6 +155,15 @@ fn serve(
         let mut body = vec![0; length];
         if reader.read_exact(&mut body).is_err() {
             return;
+        }
+        if !target.starts_with("SageMaker.")
+            && let Some(upstream) = &extras.upstream
+        {
+            calls.lock().unwrap().push(target.clone());
+            if relay(upstream, &head, &body, &mut writer).is_err() {
+                return;
+            }
+            continue;
         }
         let operation = target.trim_start_matches("SageMaker.").to_owned();
         calls.lock().unwrap().push(operation.clone());
@@ -130,6 +179,9 @@ fn serve(
             _ if error.is_some() => error.unwrap(),
             "DescribeTrainingJob" => {
                 let mut i = next.lock().unwrap();
+                if let Some(hook) = &extras.hook {
+                    hook(*i);
+                }
                 let state = states[(*i).min(states.len() - 1)].clone();
                 *i += 1;
                 state
@@ -148,4 +200,16 @@ fn serve(
             return;
         }
     }
+}
+
+/// Sends one request to `upstream` and its whole response back, byte for byte.
+fn relay(upstream: &str, head: &str, body: &[u8], writer: &mut TcpStream) -> std::io::Result<()> {
+    let mut up = TcpStream::connect(upstream)?;
+    // One request per connection upstream: its response ends where the connection does.
+    up.write_all(head.as_bytes())?;
+    up.write_all(b"Connection: close\r\n\r\n")?;
+    up.write_all(body)?;
+    let mut response = Vec::new();
+    up.read_to_end(&mut response)?;
+    writer.write_all(&response)
 }

@@ -68,6 +68,46 @@ fn deploy_local_runs_the_tiny_example_to_completion() {
     assert_eq!(record["summary"]["steps"], 60);
     assert!(job_dir.join("model").join("model.safetensors").is_file());
     assert!(processes_in(&job_dir).is_empty());
+
+    // `hetgen logs` on the job folder prints the hosts' lines as the run did.
+    let run_lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with('['))
+        .filter(|l| !l.contains(" started, pid ") && !l.ends_with(" exit code 0"))
+        .collect();
+    let logs = hetgen(&["logs", job_dir.to_str().unwrap()], &dir);
+    assert_eq!(code(&logs), 0, "{}", stderr(&logs));
+    let logged = stdout(&logs);
+    assert_eq!(logged.lines().collect::<Vec<_>>(), run_lines);
+    assert!(
+        stderr(&logs).contains("trainer: 60 steps"),
+        "{}",
+        stderr(&logs)
+    );
+    let json = hetgen(
+        &[
+            "logs",
+            job_dir.to_str().unwrap(),
+            "--format",
+            "json",
+            "--group",
+            "dnn_group",
+        ],
+        &dir,
+    );
+    let lines: Vec<serde_json::Value> = stdout(&json)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|l| l["group"] == "dnn_group"), "{lines:?}");
+    assert_eq!(
+        lines.len(),
+        run_lines
+            .iter()
+            .filter(|l| l.contains("dnn_group]"))
+            .count()
+    );
 }
 
 #[test]

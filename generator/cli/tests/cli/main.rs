@@ -8,6 +8,7 @@ mod aws;
 mod completions;
 mod fixture;
 mod local;
+mod logs;
 
 /// At run time, not compile time: a test binary reused by another checkout must read that one.
 pub fn repo() -> PathBuf {

@@ -1,0 +1,165 @@
+//! `hetgen logs JOB`: a job's output, every host's lines labelled, from a local run's folder or
+//! from CloudWatch, the same way for both.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+use hetgen_deploy::jobs;
+use hetgen_deploy::logs::JobLogs;
+use hetgen_env::{Paths, ResourceConfig};
+use hetgen_local::joblog::{LOG_FILE, LogReader};
+use hetgen_local::record::RECORD_FILE;
+
+use crate::cli::{Format, LogsArgs};
+use crate::exit::Failure;
+use crate::follow::{Ended, Follow, interrupted_note, width_of};
+use crate::view::{Filter, LogView, Target, label_width, summary_lines};
+
+/// How often a running local job's log is read with `--follow`.
+const LOCAL_POLL: Duration = Duration::from_millis(200);
+
+pub fn run(args: &LogsArgs) -> Result<ExitCode, Failure> {
+    let filter = Filter {
+        hosts: args.host.iter().cloned().collect(),
+        groups: args.group.iter().cloned().collect(),
+    };
+    match local_job_dir(&args.job, &args.out) {
+        Some(dir) => local(args, &dir, filter),
+        None => remote(args, filter),
+    }
+}
+
+/// The local run `job` names: a job folder, or a run's name under `out/<job>/local/`.
+fn local_job_dir(job: &str, out: &Path) -> Option<PathBuf> {
+    let path = Path::new(job);
+    if path.join(LOG_FILE).is_file() || path.join(RECORD_FILE).is_file() {
+        return Some(path.to_owned());
+    }
+    if job.contains('/') {
+        return None;
+    }
+    std::fs::read_dir(out)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path().join("local").join(job))
+        .find(|dir| dir.join(LOG_FILE).is_file())
+}
+
+/// Prints a local run's lines; with `--follow`, until its job record appears.
+fn local(args: &LogsArgs, dir: &Path, filter: Filter) -> Result<ExitCode, Failure> {
+    let mut view = LogView::new(args.format, Target::Stdout, filter, local_width(dir));
+    let since = args.since;
+    let mut reader = LogReader::new(dir);
+    let stop = hetgen_local::StopRequests::from_signals();
+    loop {
+        // The record is written after the last line: looked at first, one more read is whole.
+        let ended = dir.join(RECORD_FILE).is_file();
+        for line in reader.read_new()? {
+            if since.is_none_or(|s| line.system_time().is_some_and(|t| t >= s)) {
+                view.line(&line);
+            }
+        }
+        if ended || !args.follow {
+            break;
+        }
+        if stop.count() > 0 {
+            view.finish();
+            eprintln!("stopped following {}", dir.display());
+            return Ok(ExitCode::from(130));
+        }
+        std::thread::sleep(LOCAL_POLL);
+    }
+    if let Some(summary) = view.finish()
+        && args.format == Format::Human
+    {
+        for line in summary_lines(&summary) {
+            eprintln!("  {line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The label width of a local run: its hosts and groups, from any host's resource config.
+fn local_width(dir: &Path) -> usize {
+    let config = std::fs::read_dir(dir.join("hosts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|entry| {
+            let path = Paths { base: entry.path() }.resource_config();
+            let text = std::fs::read_to_string(path).ok()?;
+            serde_json::from_str::<ResourceConfig>(&text).ok()
+        });
+    match config {
+        Some(c) => {
+            let groups = c.groups();
+            label_width(
+                c.hosts.len(),
+                groups.iter().map(|g| g.instance_group_name.as_str()),
+            )
+        }
+        None => label_width(1, []),
+    }
+}
+
+/// Prints a SageMaker job's lines from CloudWatch; with `--follow`, until the job ends.
+fn remote(args: &LogsArgs, filter: Filter) -> Result<ExitCode, Failure> {
+    let since_ms = args.since.map(|t| {
+        t.duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    });
+    super::block_on(async {
+        let aws = hetgen_deploy::Aws::connect(&args.aws.connection(), None).await?;
+        let sagemaker = aws.sagemaker();
+        // Also the check that the job exists: an unknown name is an error, not empty output.
+        let status = jobs::describe(&sagemaker, &args.job).await?;
+        let mut view = LogView::new(args.format, Target::Stdout, filter, width_of(&status));
+        let mut logs = JobLogs::new(aws.logs(), &args.job, since_ms);
+        if args.follow && !status.is_terminal() {
+            let follow = Follow {
+                sagemaker: &sagemaker,
+                logs: Some(logs),
+                name: &args.job,
+                interval: args.poll_interval,
+                transitions: false,
+            };
+            if let Ended::Interrupted = follow.run(&mut view).await? {
+                view.finish();
+                eprintln!("{}", interrupted_note(&args.job));
+                return Ok(ExitCode::from(130));
+            }
+        } else {
+            // Everything there is now: read until a read brings nothing.
+            loop {
+                let events = logs.poll().await?;
+                if events.is_empty() {
+                    break;
+                }
+                for e in &events {
+                    view.event(e.timestamp_ms, &e.host, &e.message);
+                }
+            }
+            if !logs.has_streams() {
+                eprintln!(
+                    "no log lines yet for `{}` ({}{})",
+                    args.job,
+                    status.status,
+                    status
+                        .secondary_status
+                        .as_deref()
+                        .map(|s| format!(" · {s}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        if let Some(summary) = view.finish()
+            && args.format == Format::Human
+        {
+            for line in summary_lines(&summary) {
+                eprintln!("  {line}");
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
