@@ -15,6 +15,24 @@ use crate::LocalError;
 /// Overrides where the runtime source is (a `runtime/launch` folder).
 pub const RUNTIME_PATH_VAR: &str = "HETGEN_RUNTIME_PATH";
 
+/// Crates of the data path that debug builds optimize all the same (the workspace's
+/// `[profile.dev.package.*]` lists the same ones; a test keeps them equal). A local job's hosts
+/// run a debug launcher unless `--release`: without these its data hosts would decode and
+/// augment an order of magnitude slower than the instances they stand for, and the trainer
+/// would wait on them.
+pub const OPTIMIZED: [&str; 10] = [
+    "hetgen-pipeline",
+    "png",
+    "fdeflate",
+    "miniz_oxide",
+    "flate2",
+    "crc32fast",
+    "simd-adler32",
+    "adler2",
+    "fast_image_resize",
+    "jpeg-encoder",
+];
+
 /// How to build one rendered launcher.
 #[derive(Debug, Clone)]
 pub struct LauncherBuild {
@@ -106,6 +124,12 @@ impl LauncherBuild {
             // The hetgen workspace builds with line tables only; matching it lets the two share
             // compiled dependencies in one target folder, and keeps the binary small.
             .args(["--config", "profile.dev.debug=\"line-tables-only\""])
+            .args(OPTIMIZED.iter().flat_map(|krate| {
+                [
+                    "--config".to_owned(),
+                    format!("profile.dev.package.{krate}.opt-level=3"),
+                ]
+            }))
             .args(["--color", "never"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -232,4 +256,31 @@ fn toml_string(text: &str) -> String {
     }
     out.push('"');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launcher_optimizes_the_crates_the_workspace_optimizes() {
+        // Equal lists let the launcher reuse what the workspace compiled (same profile, same
+        // artifacts), and keep a local job's data path as fast as the tests measured it.
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+        let text = std::fs::read_to_string(manifest).unwrap();
+        let workspace: toml::Table = toml::from_str(&text).unwrap();
+        let mut optimized: Vec<&str> = workspace["profile"]["dev"]["package"]
+            .as_table()
+            .unwrap()
+            .iter()
+            .filter(|(_, settings)| {
+                settings.get("opt-level").and_then(|o| o.as_integer()) == Some(3)
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        optimized.sort_unstable();
+        let mut ours = OPTIMIZED.to_vec();
+        ours.sort_unstable();
+        assert_eq!(optimized, ours);
+    }
 }
