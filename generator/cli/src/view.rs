@@ -86,7 +86,10 @@ pub fn summary_lines(summary: &Summary) -> Vec<String> {
             .iter()
             .map(|(source, n)| format!("{source} {:.1} %", 100.0 * *n as f64 / total as f64))
             .collect();
-        lines.push(format!("input: {total} batches: {}", shares.join(", ")));
+        lines.push(format!(
+            "input: {total} batches received: {}",
+            shares.join(", ")
+        ));
     }
     lines
 }
@@ -365,7 +368,7 @@ mod tests {
         assert_eq!(seen, summary);
         assert_eq!(
             summary_lines(&seen)[1],
-            "input: 4 batches: algo-2 75.0 %, local 25.0 %"
+            "input: 4 batches received: algo-2 75.0 %, local 25.0 %"
         );
     }
 }

@@ -42,7 +42,7 @@ pub fn run(
     // `--input-only` takes the same batches from the same input and drops them.
     let run = |open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>| {
         if args.input_only {
-            hetgen_trainer::drain(job, &paths, open)
+            hetgen_trainer::drain(job, open)
         } else {
             hetgen_trainer::train(job, &paths, &options, open)
         }
@@ -126,7 +126,7 @@ pub fn run(
     }
 }
 
-/// Adds what the launcher knows to the trainer's summary file and says where batches came from.
+/// Reports the run, with where its batches came from: the one summary file and log line.
 fn record(summary: Summary, paths: &Paths) -> Result<Summary, hetgen_trainer::TrainError> {
     if !summary.batches_by_source.is_empty() {
         let sources: Vec<String> = summary
@@ -136,13 +136,7 @@ fn record(summary: Summary, paths: &Paths) -> Result<Summary, hetgen_trainer::Tr
             .collect();
         tracing::info!("input: batches {}", sources.join(", "));
     }
-    summary
-        .write(&paths.output_data_dir)
-        .map_err(|source| hetgen_trainer::TrainError::Io {
-            what: "write",
-            path: paths.output_data_dir.join(hetgen_env::SUMMARY_FILE),
-            source,
-        })?;
+    hetgen_trainer::report(&paths.output_data_dir, &summary)?;
     Ok(summary)
 }
 

@@ -15,18 +15,17 @@ use hetgen_spec::model::{Job, Length};
 use crate::input::{Check, Prefetcher};
 use crate::metrics::{StepRecord, Timings};
 use crate::models::ModelInfo;
-use crate::{Paths, Summary, TrainError};
+use crate::{Summary, TrainError};
 
 /// The `model` a drained run's [`Summary`] names.
 pub const INPUT_ONLY: &str = "none (input only)";
 
 /// Takes the batches `open(None)` streams through the trainer's prefetch (the same checks and
-/// host tensors as [`crate::train`]) for as many steps as the job trains, and writes the
-/// [`Summary`] of their timings into `paths.output_data_dir`. No model is built, nothing is
+/// host tensors as [`crate::train`]) for as many steps as the job trains, and returns the
+/// [`Summary`] of their timings (for [`crate::report`]). No model is built, nothing is
 /// checkpointed or saved.
 pub fn drain(
     job: &Job,
-    paths: &Paths,
     open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>,
 ) -> Result<Summary, TrainError> {
     let trainer = job.trainer.builtin().ok_or(TrainError::NotBuiltin)?;
@@ -80,6 +79,5 @@ pub fn drain(
         batches_by_source: Default::default(),
         local_threads: 0,
     };
-    crate::train::write_summary(&paths.output_data_dir, &summary)?;
     Ok(summary)
 }

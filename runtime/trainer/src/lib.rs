@@ -30,7 +30,7 @@ pub use error::TrainError;
 pub use evaluate::{Evaluation, evaluate};
 pub use metrics::{StepRecord, step_line};
 pub use models::{MODEL_FILE, MODEL_INFO_FILE, ModelInfo};
-pub use train::{train, train_observed};
+pub use train::{report, train, train_observed};
 
 #[doc(no_inline)]
 pub use hetgen_env::{SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};

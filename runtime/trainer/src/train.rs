@@ -241,11 +241,10 @@ pub fn train_observed(
         model: model_name(trainer.model).to_owned(),
         replicas: replicas.len(),
         resumed_from_step: resumed,
-        // The launcher knows where the input came from and adds it.
+        // The launcher knows where the input came from and adds it before it reports.
         batches_by_source: Default::default(),
         local_threads: 0,
     };
-    write_summary(&paths.output_data_dir, &summary)?;
     Ok(summary)
 }
 
@@ -256,9 +255,10 @@ fn save_model(dir: &Path, info: &ModelInfo, replicas: &Replicas) -> Result<(), T
     info.write(dir)
 }
 
-/// Writes [`SUMMARY_FILE`] into `dir` (as [`Summary::write`] does for the launcher) and prints
-/// the summary line.
-pub(crate) fn write_summary(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
+/// Reports a finished run, once, with everything its caller added (the input's sources):
+/// [`SUMMARY_FILE`] in `dir`, and the same JSON on the `hetgen-summary` line of the log, which
+/// `hetgen deploy --wait` and `hetgen logs` read back from CloudWatch.
+pub fn report(dir: &Path, summary: &Summary) -> Result<(), TrainError> {
     summary
         .write(dir)
         .map_err(TrainError::io("write", dir.join(SUMMARY_FILE)))?;

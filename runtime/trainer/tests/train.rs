@@ -42,6 +42,9 @@ fn mlp_learns_and_evaluates_well() {
     let last = mean(&losses[55..]);
     assert!(last < first * 0.3, "loss went from {first} to {last}");
 
+    // Training returns the summary; reporting it writes the file (and prints the line).
+    assert!(!paths.output_data_dir.join("summary.json").exists());
+    hetgen_trainer::report(&paths.output_data_dir, &summary).unwrap();
     let written: Summary = serde_json::from_str(
         &std::fs::read_to_string(paths.output_data_dir.join("summary.json")).unwrap(),
     )
@@ -322,7 +325,7 @@ fn drain_takes_the_batches_and_trains_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let paths = paths(dir.path());
     let mut opened = Vec::new();
-    let summary = hetgen_trainer::drain(&job, &paths, &mut |start| {
+    let summary = hetgen_trainer::drain(&job, &mut |start| {
         opened.push(start.clone());
         Ok(Box::new(common::Squares::new(1, Some(2), start)))
     })
@@ -334,6 +337,7 @@ fn drain_takes_the_batches_and_trains_nothing() {
     assert_eq!(summary.model, hetgen_trainer::INPUT_ONLY);
     assert!(summary.samples_per_s > 0.0, "{summary:?}");
     assert_eq!(summary.stall_fraction, 1.0);
+    hetgen_trainer::report(&paths.output_data_dir, &summary).unwrap();
     let written: Summary = serde_json::from_str(
         &std::fs::read_to_string(paths.output_data_dir.join(hetgen_trainer::SUMMARY_FILE)).unwrap(),
     )
@@ -345,12 +349,12 @@ fn drain_takes_the_batches_and_trains_nothing() {
 
     // A step budget stops it early; bad input is an error, as in training.
     builtin(&mut job).length = Length::Steps(5);
-    let summary = hetgen_trainer::drain(&job, &paths, &mut |start| {
+    let summary = hetgen_trainer::drain(&job, &mut |start| {
         Ok(Box::new(common::Squares::new(1, None, start)))
     })
     .unwrap();
     assert_eq!(summary.steps, 5);
-    let failing = hetgen_trainer::drain(&job, &paths, &mut |start| {
+    let failing = hetgen_trainer::drain(&job, &mut |start| {
         let mut s = common::Squares::new(1, None, start);
         s.fail_at = Some(2);
         Ok(Box::new(s))

@@ -58,8 +58,12 @@ impl Writer {
         }
     }
 
+    /// `algo-1`'s stream, or with `algo-1@restart` the stream of its second container start.
     fn stream(host: &str) -> String {
-        format!("{JOB}/{host}-1796396099")
+        match host.split_once('@') {
+            Some((host, _)) => format!("{JOB}/{host}-1796396200"),
+            None => format!("{JOB}/{host}-1796396099"),
+        }
     }
 
     /// Lines of several hosts, interleaved: each gets the next time.
@@ -133,6 +137,14 @@ fn phases(
     for i in 0..10 {
         let host = ["algo-1", "algo-2", "algo-3"][i % 3];
         add(2, host, format!("line {i} after the late stream"));
+    }
+    // algo-1's container restarts: a second stream of the same host.
+    for i in 0..3 {
+        add(
+            2,
+            "algo-1@restart",
+            format!("line {i} after algo-1 restarted"),
+        );
     }
     add(
         3,
@@ -220,7 +232,7 @@ fn deploy_wait_streams_every_hosts_lines_once_in_time_order_with_their_groups() 
     // Status changes stay, and the trainer's summary closes the run.
     assert!(err.contains("InProgress · Training"), "{err}");
     assert!(err.contains("stall 5.0 %"), "{err}");
-    assert!(err.contains("input: 40 batches: algo-2 75.0 %, algo-3 25.0 %"));
+    assert!(err.contains("input: 40 batches received: algo-2 75.0 %, algo-3 25.0 %"));
     // The job's stream listing was paged through moto, not answered by the fixture.
     assert!(
         fixture
@@ -286,7 +298,7 @@ fn logs_follow_prints_each_line_once_and_json_parses() {
     let of = |host: &str| -> Vec<String> {
         expected
             .iter()
-            .filter(|(h, _)| *h == host)
+            .filter(|(h, _)| h.split('@').next() == Some(host))
             .map(|(_, m)| m.clone())
             .collect()
     };
