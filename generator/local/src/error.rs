@@ -121,6 +121,20 @@ pub enum LocalError {
         )
     )]
     NoTorchrun { script: String },
+    /// torchrun's Python cannot import hetgen, which the script's `hetgen.Loader` needs.
+    #[error("the job's script runs under `{}`, whose Python cannot import hetgen ({detail})", torchrun.display())]
+    #[diagnostic(
+        code("hetgen::local::no-hetgen"),
+        help(
+            "install the hetgen wheel into that environment: `make wheel` in a hetgen checkout (it installs into the project's torch venv), or `{} -m pip install hetgen-*.whl`",
+            python.display()
+        )
+    )]
+    NoHetgen {
+        torchrun: PathBuf,
+        python: PathBuf,
+        detail: String,
+    },
     /// A job on AWS's PyTorch image needs that image's start-up code here.
     #[error(
         "the job runs on AWS's PyTorch image, whose hosts start through AWS's training toolkit, but {}lacks {}",
@@ -161,6 +175,7 @@ impl LocalError {
                 | LocalError::RuntimeSource { .. }
                 | LocalError::Launcher { .. }
                 | LocalError::NoTorchrun { .. }
+                | LocalError::NoHetgen { .. }
                 | LocalError::NoToolkit { .. }
         )
     }

@@ -278,11 +278,58 @@ fn script_code(
             }
         }
     }
-    let path = std::env::join_paths(dirs).map_err(|_| LocalError::NoTorchrun {
+    let path = std::env::join_paths(&dirs).map_err(|_| LocalError::NoTorchrun {
         script: script.script.clone(),
     })?;
     inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+    let torchrun = dirs
+        .iter()
+        .map(|d| d.join("torchrun"))
+        .find(|t| t.is_file())
+        .expect("found above");
+    check_hetgen(&torchrun, inherited)?;
     Ok(code)
+}
+
+/// Before any host starts: the Python that `torchrun` runs scripts with (its `#!` line) can
+/// import hetgen, or the script would fail on every trainer host at `import hetgen`.
+fn check_hetgen(torchrun: &Path, env: &BTreeMap<String, String>) -> Result<(), LocalError> {
+    let shebang = std::fs::read(torchrun)
+        .ok()
+        .and_then(|bytes| {
+            let first = bytes.split(|b| *b == b'\n').next()?.to_vec();
+            let line = String::from_utf8(first).ok()?;
+            let interpreter = line
+                .strip_prefix("#!")?
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(PathBuf::from(interpreter))
+        })
+        .filter(|p| p.is_absolute());
+    let python = shebang.unwrap_or_else(|| torchrun.with_file_name("python3"));
+    let fail = |detail: String| LocalError::NoHetgen {
+        torchrun: torchrun.to_owned(),
+        python: python.clone(),
+        detail,
+    };
+    let out = std::process::Command::new(&python)
+        .args(["-c", "import hetgen"])
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| fail(format!("cannot run `{}`: {e}", python.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    Err(fail(last.trim().to_owned()))
 }
 
 /// What a script-mode trainer host needs on this machine besides its code (`code`, on hetgen's

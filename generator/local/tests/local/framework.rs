@@ -234,3 +234,60 @@ fn a_contained_host_sees_the_cluster_s_names_in_either_kind_of_namespace() {
         .unwrap_or_default();
     assert!(!outside.contains("127.9.8.7"), "{outside}");
 }
+
+#[test]
+fn a_script_on_its_own_image_needs_torchruns_python_to_import_hetgen() {
+    // The same script on hetgen's own image: the launcher starts torchrun itself, no toolkit.
+    let text = PYTORCH.replace(
+        "[sagemaker]\n",
+        "[sagemaker]\nimage_uri = \"123456789012.dkr.ecr.us-east-1.amazonaws.com/digits:1\"\n",
+    );
+    let job = job(&text);
+    let dir = tempfile::tempdir().unwrap();
+    for channel in ["data/train", "data/test"] {
+        std::fs::create_dir_all(dir.path().join(channel)).unwrap();
+    }
+    std::fs::write(dir.path().join("train.py"), "import hetgen\n").unwrap();
+    let bin = dir.path().join("env/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // A Python without hetgen, and a torchrun that runs scripts with it.
+    let python = script(
+        &bin,
+        "python3",
+        "echo \"ModuleNotFoundError: No module named 'hetgen'\" >&2; exit 1",
+    );
+    script(&bin, "torchrun", "exit 0");
+    let torchrun = bin.join("torchrun");
+    let body = std::fs::read_to_string(&torchrun).unwrap();
+    let body = body.replacen("#!/bin/sh", &format!("#!{}", python.display()), 1);
+    std::fs::write(&torchrun, body).unwrap();
+    let mut opts = options(dir.path(), Path::new("/nonexistent/launcher"));
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        opts.caller_env.get("PATH").cloned().unwrap_or_default()
+    );
+    opts.caller_env.insert("PATH".to_owned(), path);
+    let job_dir = opts.job_dir.clone();
+    let err = match hetgen_local::prepare(&job, opts) {
+        Err(e) => e,
+        Ok(_) => panic!("a Python without hetgen was accepted"),
+    };
+    let LocalError::NoHetgen {
+        python: seen,
+        detail,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(seen, &python);
+    assert_eq!(detail, "ModuleNotFoundError: No module named 'hetgen'");
+    assert!(err.is_environment());
+    let help = miette::Diagnostic::help(&err).unwrap().to_string();
+    assert!(help.contains("make wheel"), "{help}");
+    assert!(
+        !job_dir.exists(),
+        "nothing is laid out for a run that cannot start"
+    );
+}
