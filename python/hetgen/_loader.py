@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from typing import Any, Iterator, Mapping, Sequence, Union
 
 from hetgen import _native
@@ -48,6 +49,44 @@ class Batch(tuple):
             f"Batch(images={self[0].dtype}{list(self[0].shape)}, labels={len(self[1])}, "
             f"epoch={self.epoch}, shard={self.shard}, index={self.index})"
         )
+
+
+class _Progress:
+    """``hetgen-step`` lines from the input's side of a user's training loop, for the progress
+    line of ``hetgen deploy --local``/``--wait`` and ``hetgen logs``: the loader sees when each
+    batch is asked for and how long it took to arrive, so it knows the step time and the share
+    of it spent waiting for data (the stall), though not the loss. Every ``every`` batches,
+    from the second on (the first includes connecting and the first pipeline fill)."""
+
+    def __init__(self, every: int, batch_size: int) -> None:
+        self.every = every
+        self.batch_size = batch_size
+        self.taken = 0
+        self.window_start: float | None = None
+        self.window_batches = 0
+        self.waited = 0.0
+
+    def took(self, waited: float) -> None:
+        self.taken += 1
+        if not self.every:
+            return
+        now = time.monotonic()
+        if self.window_start is None:
+            self.window_start = now
+            return
+        self.window_batches += 1
+        self.waited += waited
+        if self.window_batches < self.every:
+            return
+        elapsed = now - self.window_start
+        n = self.window_batches
+        print(
+            f"hetgen-step step={self.taken} step_ms={1000 * elapsed / n:.2f} "
+            f"wait_ms={1000 * self.waited / n:.2f} "
+            f"samples_per_s={n * self.batch_size / elapsed if elapsed > 0 else 0.0:.1f}",
+            flush=True,
+        )
+        self.window_start, self.window_batches, self.waited = now, 0, 0.0
 
 
 def _env_int(name: str, default: int) -> int:
@@ -105,6 +144,9 @@ class Loader:
             600), and after which a silent server's shards go to the others (default 60).
         audit: record the batches in ``HETGEN_AUDIT_FILE`` when it is set (turn it off for an
             evaluation loader, so the file holds the training run alone).
+        progress_every: on rank 0, print a ``hetgen-step`` line (batches taken, step and wait
+            time, samples/s) every this many batches, which hetgen's commands show as the job's
+            progress and stall; 0 prints none (default 50).
     """
 
     def __init__(
@@ -125,7 +167,10 @@ class Loader:
         connect_timeout: float | None = None,
         stall_timeout: float | None = None,
         audit: bool = True,
+        progress_every: int = 50,
     ) -> None:
+        if progress_every < 0:
+            raise ConfigurationError(f"progress_every={progress_every} is negative")
         # torchrun's variables, else one process.
         rank = rank if rank is not None else _env_int("RANK", 0)
         world_size = world_size if world_size is not None else _env_int("WORLD_SIZE", 1)
@@ -151,6 +196,7 @@ class Loader:
             audit=audit,
         )
         self._len = self._native.batches_per_epoch()
+        self._progress = _Progress(progress_every if self.rank == 0 else 0, self.batch_size)
         # The job never changes: read once, not on every batch's `to_device`.
         self._normalization = self._native.normalization
 
@@ -218,9 +264,11 @@ class Loader:
 
     def _batches(self, count: int) -> Iterator[Batch]:
         for _ in range(count):
+            asked = time.monotonic()
             item = self._native.next_batch()
             if item is None:
                 return
+            self._progress.took(time.monotonic() - asked)
             yield Batch(*item)
 
     # -- resume ----------------------------------------------------------------------------

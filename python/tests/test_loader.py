@@ -285,3 +285,32 @@ def test_hybrid_input_mixes_this_hosts_batches_with_the_servers_identically(
     assert sources["local"] > 0, sources
     assert sum(sources.values()) == len(hybrid), sources
     assert "local" not in remote_loader.batches_by_source
+
+
+def test_rank_0_prints_progress_lines_hetgen_reads_as_the_jobs_stall(digits, tmp_path, capsys):
+    from conftest import write_spec
+
+    spec = tmp_path / "hetgen.toml"
+    write_spec(tmp_path, name="progress", data_hosts=1, train=digits / "train", batch_size=50,
+               shard_size=300, deterministic="true")
+    channels = {"training": digits / "train"}
+    loader = hetgen.Loader(spec, channels=channels, epochs=1, progress_every=4)
+    for _ in loader:
+        time.sleep(0.01)  # the "step"
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("hetgen-step ")]
+    # 1437 samples / 50 = 29 batches; lines after batches 5, 9, … 29 (the first is warm-up).
+    assert [int(l.split()[1].split("=")[1]) for l in lines] == [5, 9, 13, 17, 21, 25, 29]
+    for line in lines:
+        fields = dict(kv.split("=") for kv in line.split()[1:])
+        assert set(fields) == {"step", "step_ms", "wait_ms", "samples_per_s"}
+        assert float(fields["step_ms"]) >= 10.0
+        assert 0.0 <= float(fields["wait_ms"]) <= float(fields["step_ms"])
+        assert float(fields["samples_per_s"]) > 0.0
+
+    # Only rank 0 speaks for the job, and 0 turns it off.
+    for kwargs in ({"rank": 1, "world_size": 2}, {"progress_every": 0}):
+        quiet = hetgen.Loader(spec, channels=channels, epochs=1, **kwargs)
+        list(quiet)
+        assert "hetgen-step" not in capsys.readouterr().out
+    with pytest.raises(hetgen.ConfigurationError, match="progress_every"):
+        hetgen.Loader(spec, channels=channels, progress_every=-1)

@@ -58,12 +58,15 @@ pub fn labelled(host: &str, group: Option<&str>, width: usize, message: &str) ->
     format!("{prefix:<width$} {message}")
 }
 
-/// The progress line's text for one step.
+/// The progress line's text for one step (a script's `hetgen.Loader` knows no loss).
 pub fn progress(step: &StepLine) -> String {
+    let loss = step
+        .loss
+        .map(|l| format!("  loss {l:.4}"))
+        .unwrap_or_default();
     format!(
-        "step {}  loss {:.4}  {:.0} samples/s  stall {:.1} %",
+        "step {}{loss}  {:.0} samples/s  stall {:.1} %",
         step.step,
-        step.loss,
         step.samples_per_s,
         step.stall_percent()
     )

@@ -282,9 +282,9 @@ pub fn supervise(
             Ok(Event::Line(i, stream, line)) => {
                 let host = &commands[i].host;
                 observer.output(host, stream, &line);
-                if stream == Stream::Stdout
-                    && let Some(step) = Step::parse(&line)
-                {
+                // Either stream: a script's output may reach the host's stderr on its way
+                // through torchrun and the training toolkit.
+                if let Some(step) = Step::parse(&line) {
                     observer.step(host, &step);
                 }
             }

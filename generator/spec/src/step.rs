@@ -1,5 +1,7 @@
 //! The trainer's per-step metric line,
 //! `hetgen-step step=120 loss=0.4312 step_ms=85.10 wait_ms=1.20 samples_per_s=3008.2`.
+//! `hetgen.Loader` prints the same line without `loss` from a user's script (it sees the input,
+//! not the model): `step` is then batches taken, `step_ms` the time between them.
 //!
 //! Three parties read or write it: the trainer prints it, SageMaker scrapes it with the job's
 //! built-in metric definitions ([`crate::model::builtin_metrics`], rendered into the request and
@@ -31,8 +33,8 @@ pub fn metric_regex(key: &str) -> String {
 pub struct StepLine {
     /// Optimizer steps done (counting steps before a resume).
     pub step: u64,
-    /// Training loss.
-    pub loss: f64,
+    /// Training loss; `None` on the loader's lines, which know no loss.
+    pub loss: Option<f64>,
     /// Wall time of the step, ms.
     pub step_ms: f64,
     /// Time of the step spent waiting for data, ms.
@@ -44,10 +46,14 @@ pub struct StepLine {
 impl fmt::Display for StepLine {
     /// Plain decimal numbers only, so the metric regexes match.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{PREFIX} step={}", self.step)?;
+        if let Some(loss) = self.loss {
+            write!(f, " loss={loss:.4}")?;
+        }
         write!(
             f,
-            "{PREFIX} step={} loss={:.4} step_ms={:.2} wait_ms={:.2} samples_per_s={:.1}",
-            self.step, self.loss, self.step_ms, self.wait_ms, self.samples_per_s
+            " step_ms={:.2} wait_ms={:.2} samples_per_s={:.1}",
+            self.step_ms, self.wait_ms, self.samples_per_s
         )
     }
 }
@@ -55,7 +61,7 @@ impl fmt::Display for StepLine {
 impl StepLine {
     /// Parses a line holding `hetgen-step ` (after any prefix the line got in a log), ignoring
     /// keys it does not know so the trainer may add some; `None` for other lines or when a
-    /// known key is missing.
+    /// key other than `loss` is missing.
     pub fn parse(line: &str) -> Option<StepLine> {
         let start = format!("{PREFIX} ");
         let rest = &line[line.find(&start)? + start.len()..];
@@ -76,7 +82,7 @@ impl StepLine {
         }
         Some(StepLine {
             step: step?,
-            loss: loss?,
+            loss,
             step_ms: step_ms?,
             wait_ms: wait_ms?,
             samples_per_s: samples?,
@@ -102,7 +108,7 @@ mod tests {
     fn a_written_line_parses_back_and_matches_every_metric() {
         let step = StepLine {
             step: 120,
-            loss: 0.43125,
+            loss: Some(0.43125),
             step_ms: 85.1,
             wait_ms: 1.2,
             samples_per_s: 3008.24,
@@ -121,5 +127,14 @@ mod tests {
         }
         assert_eq!(StepLine::parse("hetgen-step step=1 loss=0.5"), None);
         assert_eq!(StepLine::parse("hetgen-summary {}"), None);
+    }
+
+    #[test]
+    fn the_loaders_line_has_no_loss() {
+        let line = "[rank0]: hetgen-step step=50 step_ms=12.00 wait_ms=3.00 samples_per_s=2666.7";
+        let step = StepLine::parse(line).unwrap();
+        assert_eq!(step.loss, None);
+        assert_eq!(step.stall_percent(), 25.0);
+        assert_eq!(step.to_string(), &line[9..]);
     }
 }

@@ -40,7 +40,7 @@ impl StepRecord {
 pub fn step_line(record: &StepRecord) -> String {
     StepLine {
         step: record.step,
-        loss: record.loss,
+        loss: Some(record.loss),
         step_ms: record.step_ms,
         wait_ms: record.wait_ms,
         samples_per_s: record.samples_per_s(),

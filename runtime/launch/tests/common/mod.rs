@@ -111,6 +111,6 @@ pub fn losses(record: &JobRecord) -> Vec<(u64, f64)> {
     let log = std::fs::read_to_string(&trainer.log).unwrap();
     log.lines()
         .filter_map(hetgen_local::Step::parse)
-        .map(|s| (s.step, s.loss))
+        .map(|s| (s.step, s.loss.expect("the trainer's lines carry the loss")))
         .collect()
 }
