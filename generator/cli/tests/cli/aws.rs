@@ -52,7 +52,7 @@ impl Drop for Moto {
 }
 
 /// `hetgen` with fake credentials and no access to the user's AWS configuration.
-pub fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
+pub fn aws_command(args: &[&str], cwd: &Path, credentials: bool) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
     cmd.args(args)
         .current_dir(cwd)
@@ -73,7 +73,12 @@ pub fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
         cmd.env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY");
     }
-    cmd.output().unwrap()
+    cmd
+}
+
+/// [`aws_command`], run to its end.
+pub fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
+    aws_command(args, cwd, credentials).output().unwrap()
 }
 
 /// A project folder holding `example` as hetgen.toml, rendered into `build/`.

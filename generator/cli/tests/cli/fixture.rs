@@ -23,6 +23,8 @@ pub type Hook = Arc<dyn Fn(usize) + Send + Sync>;
 struct Extras {
     upstream: Option<String>,
     hook: Option<Hook>,
+    /// How many GetLogEvents calls are still to be refused as throttled.
+    throttled: Arc<Mutex<usize>>,
 }
 
 impl Fixture {
@@ -48,9 +50,21 @@ impl Fixture {
         upstream: &str,
         hook: impl Fn(usize) + Send + Sync + 'static,
     ) -> Fixture {
+        Fixture::throttling_logs(states, upstream, hook, 0)
+    }
+
+    /// Like [`Fixture::with_upstream`], refusing the first `throttled` GetLogEvents calls with
+    /// CloudWatch's ThrottlingException.
+    pub fn throttling_logs(
+        states: &[(&str, &str, Option<&str>)],
+        upstream: &str,
+        hook: impl Fn(usize) + Send + Sync + 'static,
+        throttled: usize,
+    ) -> Fixture {
         let extras = Extras {
             upstream: Some(upstream.trim_start_matches("http://").to_owned()),
             hook: Some(Arc::new(hook)),
+            throttled: Arc::new(Mutex::new(throttled)),
         };
         Fixture::serve(states, &[], extras)
     }
@@ -160,6 +174,21 @@ fn serve(
             && let Some(upstream) = &extras.upstream
         {
             calls.lock().unwrap().push(target.clone());
+            let mut throttled = extras.throttled.lock().unwrap();
+            if target.ends_with(".GetLogEvents") && *throttled > 0 {
+                *throttled -= 1;
+                let text = json!({"__type": "ThrottlingException", "message": "Rate exceeded"})
+                    .to_string();
+                let response = format!(
+                    "HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {}\r\n\r\n{text}",
+                    text.len()
+                );
+                if writer.write_all(response.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
+            }
+            drop(throttled);
             if relay(upstream, &head, &body, &mut writer).is_err() {
                 return;
             }

@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::aws::{Moto, aws, rendered_project};
+use super::aws::{Moto, aws, aws_command, rendered_project};
 use super::fixture::Fixture;
 use super::{code, repo, stderr, stdout};
 
@@ -345,4 +346,103 @@ fn an_unknown_job_is_a_clear_error() {
         stderr(&out)
     );
     assert!(!stderr(&out).contains("panicked"));
+}
+
+#[test]
+fn throttled_reads_are_retried_and_lose_no_line() {
+    let moto = Moto::start();
+    let writer = Arc::new(Writer::new(&moto.url));
+    let (hook, expected) = phases(writer);
+    // Two refusals in a row: within the client's retries, with backoff between them.
+    let fixture = Fixture::throttling_logs(&states(), &moto.url, hook, 2);
+    let out = aws(
+        &[
+            "logs",
+            JOB,
+            "--follow",
+            "--poll-interval",
+            "0.05",
+            "--endpoint-url",
+            &fixture.url,
+            "--region",
+            "us-east-1",
+        ],
+        &repo(),
+        true,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let (seen, _) = labelled_lines(&text);
+    assert_each_once_in_order(&seen, &expected, &text);
+    let calls = fixture.calls();
+    let reads = calls
+        .iter()
+        .filter(|c| c.ends_with(".GetLogEvents"))
+        .count();
+    assert!(reads > 2, "{calls:?}");
+}
+
+#[test]
+fn ctrl_c_stops_following_and_leaves_the_job_running() {
+    let moto = Moto::start();
+    let writer = Arc::new(Writer::new(&moto.url));
+    let (hook, _) = phases(writer);
+    // The job never ends.
+    let fixture = Fixture::with_upstream(&[("InProgress", "Training", None)], &moto.url, hook);
+    let project = rendered_project("mnist-hetero.toml");
+    // Output to a file: a pipe nobody reads while the job is followed would fill up.
+    let log = project.path().join("deploy.log");
+    let child = aws_command(
+        &[
+            "deploy",
+            "--wait",
+            "--name",
+            JOB,
+            "--poll-interval",
+            "0.05",
+            "--endpoint-url",
+            &fixture.url,
+        ],
+        project.path(),
+        true,
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
+    // Following: several polls done.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fixture
+        .calls()
+        .iter()
+        .filter(|c| *c == "DescribeTrainingJob")
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never followed: {:?}",
+            fixture.calls()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let mut child = child;
+    let status = child.wait().unwrap();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("the job goes on running"), "{err}");
+    assert!(
+        err.contains(&format!("hetgen logs {JOB} --follow")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("hetgen stop {JOB}")), "{err}");
+    assert!(
+        !fixture.calls().iter().any(|c| c == "StopTrainingJob"),
+        "the job is left alone"
+    );
 }
