@@ -220,22 +220,32 @@ impl Shared {
     }
 
     /// Record that trainer host `host` finished (none named: the caller speaks for every
-    /// host); the trainer hosts still training, empty when the server should stop.
-    fn finished(&self, host: &str, failed: bool) -> Vec<String> {
-        if host.is_empty() || failed || self.config.trainer_hosts.is_empty() {
-            return Vec::new();
+    /// host); the trainer hosts still training, empty when the server should stop. A host
+    /// that is not one of the job's trainer hosts is refused, failed or not: only a trainer of
+    /// this job may end it.
+    fn finished(&self, host: &str, failed: bool) -> Result<Vec<String>, Status> {
+        if host.is_empty() || self.config.trainer_hosts.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.config.trainer_hosts.iter().any(|h| h == host) {
+            return Err(Status::permission_denied(format!(
+                "`{}` is not a trainer host of this job ({})",
+                LogId(host),
+                self.config.trainer_hosts.join(", ")
+            )));
+        }
+        if failed {
+            return Ok(Vec::new());
         }
         let mut finished = self.finished.lock().expect("lock poisoned");
-        // Only the job's own hosts count (and the set stays as small as the job).
-        if self.config.trainer_hosts.iter().any(|h| h == host) {
-            finished.insert(host.to_owned());
-        }
-        self.config
+        finished.insert(host.to_owned());
+        Ok(self
+            .config
             .trainer_hosts
             .iter()
             .filter(|h| !finished.contains(*h))
             .cloned()
-            .collect()
+            .collect())
     }
 
     fn request_stop(&self, reason: StopReason) {
@@ -699,7 +709,7 @@ impl DataService for Service {
     ) -> Result<Response<ShutdownResponse>, Status> {
         let request = request.into_inner();
         let reason = request.reason;
-        let waiting_for = self.0.finished(&request.trainer_host, request.failed);
+        let waiting_for = self.0.finished(&request.trainer_host, request.failed)?;
         if waiting_for.is_empty() {
             tracing::info!(reason = %LogId(&reason), "shutdown requested by a trainer");
             self.0.request_stop(StopReason::Shutdown(reason));

@@ -630,9 +630,19 @@ fn a_server_stops_once_every_trainer_host_has_finished() {
     let trainers = ["algo-3".to_owned(), "algo-4".to_owned()];
     let server = TestServer::start(&job, "algo-1", |c| c.trainer_hosts = trainers.to_vec());
     let client = connect(&job, &hosts(&[&server]));
-    // A fast host that finished does not cut the slow one off; a stranger does not count.
+    // A fast host that finished does not cut the slow one off; a stranger is refused, whether
+    // or not it says it failed.
     assert!(client.finished("algo-4", false, "done").is_empty());
-    assert!(client.finished("algo-9", false, "done").is_empty());
+    for failed in [false, true] {
+        let refused = client.finished("algo-9", failed, "done");
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0]
+                .1
+                .contains("`algo-9` is not a trainer host of this job (algo-3, algo-4)"),
+            "{refused:?}"
+        );
+    }
     assert!(server.stopped_within(Duration::from_millis(500)).is_none());
     // The slow one still streams.
     let mut stream = client.stream(input(&job, &client, 1, true), None);
