@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use value::Low;
-
 /// Heterogeneous training clusters for Amazon SageMaker: GPU instances train, CPU instances
 /// preprocess, in one job.
 #[derive(Debug, Parser)]
@@ -179,7 +177,7 @@ pub struct DeployArgs {
     pub no_logs: bool,
     /// Seconds between polls of the job's status and logs with --wait
     #[arg(long, value_name = "SECONDS", default_value = "10",
-          value_parser = value::seconds(Low::From(0.01), 3600.0))]
+          value_parser = value::seconds(0.01, 3600.0))]
     pub poll_interval: Duration,
     /// Print the request instead of sending it (a job on AWS's PyTorch image is bundled, not
     /// uploaded)
@@ -214,11 +212,11 @@ pub struct LocalArgs {
     pub cpus_from_catalog: bool,
     /// Stop the job after this many seconds (default: the spec's max runtime, if any)
     #[arg(long, value_name = "SECONDS", requires = "local",
-          value_parser = value::seconds(Low::Above(0.0), value::MAX_RUNTIME_S))]
+          value_parser = value::seconds(1.0, value::MAX_RUNTIME_S))]
     pub max_runtime: Option<Duration>,
     /// Seconds between SIGTERM and SIGKILL when hosts are stopped
     #[arg(long, value_name = "SECONDS", default_value = "10", requires = "local",
-          value_parser = value::seconds(Low::From(0.0), 3600.0))]
+          value_parser = value::seconds(0.0, 3600.0))]
     pub grace: Duration,
     /// Run this launcher binary instead of building the rendered launcher crate
     #[arg(long, requires = "local")]
@@ -275,7 +273,7 @@ pub struct LogsArgs {
     pub out: PathBuf,
     /// Seconds between polls with --follow
     #[arg(long, value_name = "SECONDS", default_value = "5",
-          value_parser = value::seconds(Low::From(0.01), 3600.0))]
+          value_parser = value::seconds(0.01, 3600.0))]
     pub poll_interval: Duration,
     #[command(flatten)]
     pub aws: AwsArgs,
@@ -300,7 +298,7 @@ pub struct PlanArgs {
     pub spec: PathBuf,
     /// vCPUs the pipeline needs to keep one GPU busy (from `hetgen profile` or a measurement)
     #[arg(long, value_name = "VCPUS", conflicts_with = "profile",
-          value_parser = value::real(Low::From(0.0), 10_000.0, "a number of vCPUs"))]
+          value_parser = value::real(0.0, 10_000.0, "a number of vCPUs"))]
     pub cpu_per_gpu: Option<f64>,
     /// A profile written by `hetgen profile --gpu-samples-per-s`, for the vCPUs per GPU
     #[arg(long)]
@@ -320,14 +318,14 @@ pub struct ProfileArgs {
     pub spec: PathBuf,
     /// How long to run the pipeline, in seconds
     #[arg(long, value_name = "SECONDS", default_value = "10",
-          value_parser = value::seconds(Low::Above(0.0), 86_400.0))]
+          value_parser = value::seconds(0.1, 86_400.0))]
     pub seconds: Duration,
     /// Worker threads (default: the cores this process may use)
     #[arg(long, value_name = "N", value_parser = value::whole::<usize>(1, value::MAX_CORES))]
     pub threads: Option<usize>,
     /// Samples per second one GPU trains at; gives the vCPUs needed per GPU
     #[arg(long, value_name = "RATE",
-          value_parser = value::real(Low::Above(0.0), 1e9, "samples per second"))]
+          value_parser = value::real(0.001, 1e9, "samples per second"))]
     pub gpu_samples_per_s: Option<f64>,
     /// Where to write the profile that `hetgen plan --profile` reads
     #[arg(long, default_value = "profile.json")]
@@ -394,14 +392,14 @@ pub struct CompareArgs {
     pub format: Format,
 }
 
-/// A measured mean step time: more than 0 ms, at most a day.
+/// A measured mean step time: at least a microsecond, at most a day.
 fn step_ms() -> impl value::Parser<f64> {
-    value::real(Low::Above(0.0), 86_400_000.0, "milliseconds")
+    value::real(0.001, 86_400_000.0, "milliseconds")
 }
 
-/// A cluster's price: more than 0 $/h, at most a million.
+/// A cluster's price: at least a hundredth of a cent an hour, at most a million dollars.
 fn price() -> impl value::Parser<f64> {
-    value::real(Low::Above(0.0), 1_000_000.0, "US dollars per hour")
+    value::real(0.0001, 1_000_000.0, "US dollars per hour")
 }
 
 /// Typed parsers for the numeric flags. Each refuses anything but a finite number in its range
@@ -419,29 +417,18 @@ pub mod value {
     pub trait Parser<T>: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {}
     impl<T, F: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static> Parser<T> for F {}
 
-    /// The lower end of a range of real numbers.
-    #[derive(Debug, Clone, Copy)]
-    pub enum Low {
-        /// At least this.
-        From(f64),
-        /// Greater than this.
-        Above(f64),
-    }
-
-    /// A real number in `low ..= high`, described as `what` in the error.
-    pub fn real(low: Low, high: f64, what: &'static str) -> impl Parser<f64> {
+    /// A real number in `min ..= high`, described as `what` in the error. Each flag's `min` is
+    /// the smallest value that means something for it, not merely "more than 0".
+    pub fn real(min: f64, high: f64, what: &'static str) -> impl Parser<f64> {
         move |text: &str| {
-            let expected = || match low {
-                Low::From(min) => format!("expected {what} from {min} to {high}"),
-                Low::Above(min) => format!("expected {what} greater than {min}, at most {high}"),
-            };
-            // `f64::from_str` takes `inf`, `nan` and `1e400` (as infinity): refuse them by range.
+            let expected = || format!("expected {what} from {min} to {high}");
+            // `f64::from_str` takes `inf`, `nan` and `1e400` (as infinity): refuse them by range;
+            // and `1e-320`, a subnormal that passes "≥ 0" and then divides into nonsense.
             let x: f64 = text.trim().parse().map_err(|_| expected())?;
-            let above_low = match low {
-                Low::From(min) => x >= min,
-                Low::Above(min) => x > min,
-            };
-            if x.is_finite() && above_low && x <= high {
+            if x != 0.0 && !x.is_normal() {
+                return Err(expected());
+            }
+            if x.is_finite() && x >= min && x <= high {
                 Ok(x)
             } else {
                 Err(expected())
@@ -449,9 +436,9 @@ pub mod value {
         }
     }
 
-    /// A number of seconds (decimals allowed) in `low ..= high`.
-    pub fn seconds(low: Low, high: f64) -> impl Parser<Duration> {
-        let parse = real(low, high, "a number of seconds");
+    /// A number of seconds (decimals allowed) in `min ..= high`.
+    pub fn seconds(min: f64, high: f64) -> impl Parser<Duration> {
+        let parse = real(min, high, "a number of seconds");
         move |text: &str| parse(text).map(Duration::from_secs_f64)
     }
 
@@ -493,18 +480,20 @@ pub mod value {
 
         #[test]
         fn reals_in_range_pass_and_everything_else_is_refused() {
-            let p = real(Low::Above(0.0), 10.0, "a price");
+            let p = real(0.01, 10.0, "a price");
             assert_eq!(p("2.5"), Ok(2.5));
             assert_eq!(p("10"), Ok(10.0));
             for bad in [
-                "0", "-5", "10.5", "inf", "-inf", "nan", "NaN", "1e400", "x", "",
+                "0", "-5", "10.5", "inf", "-inf", "nan", "NaN", "1e400", "1e-320", "x", "",
             ] {
                 let err = p(bad).unwrap_err();
-                assert_eq!(err, "expected a price greater than 0, at most 10", "{bad}");
+                assert_eq!(err, "expected a price from 0.01 to 10", "{bad}");
             }
-            let s = seconds(Low::From(0.0), 3600.0);
+            let s = seconds(0.0, 3600.0);
             assert_eq!(s("0"), Ok(Duration::ZERO));
             assert_eq!(s("1.5"), Ok(Duration::from_millis(1500)));
+            // Zero is a value; a subnormal is not a meaningful one.
+            assert!(s("5e-324").is_err());
             assert!(s("3600.001").is_err());
         }
 

@@ -14,6 +14,8 @@ use crate::server::{ServeError, ServerConfig, StopReason, serve};
 /// Seconds without a trainer before a data server exits (default 120).
 pub use hetgen_env::WATCHDOG_VAR;
 
+/// The shortest watchdog: below a second it would fire between a healthy trainer's calls.
+const MIN_WATCHDOG_S: f64 = 1.0;
 /// The longest watchdog: SageMaker's longest training job (28 days).
 const MAX_WATCHDOG_S: f64 = 28.0 * 86_400.0;
 
@@ -71,11 +73,13 @@ fn watchdog() -> Result<Duration, RoleError> {
         // `f64::from_str` takes `inf`, `nan` and `1e400`; the range refuses them, and keeps
         // `Duration::from_secs_f64` from panicking on values past `u64::MAX` seconds.
         Ok(value) => match value.trim().parse::<f64>() {
-            Ok(s) if s > 0.0 && s <= MAX_WATCHDOG_S => Ok(Duration::from_secs_f64(s)),
+            Ok(s) if (MIN_WATCHDOG_S..=MAX_WATCHDOG_S).contains(&s) => {
+                Ok(Duration::from_secs_f64(s))
+            }
             _ => Err(RoleError::Variable {
                 var: WATCHDOG_VAR,
                 value,
-                expected: "a number of seconds greater than 0, at most 2419200 (28 days)",
+                expected: "a number of seconds from 1 to 2419200 (28 days)",
             }),
         },
         Err(_) => Ok(Duration::from_secs(120)),

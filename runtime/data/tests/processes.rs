@@ -279,6 +279,9 @@ fn bad_numeric_variables_fail_with_the_reason_in_the_failure_file() {
         ("HETGEN_WATCHDOG_S", "nan"),
         ("HETGEN_WATCHDOG_S", "-5"),
         ("HETGEN_WATCHDOG_S", "0"),
+        // Once stopped the server at once, with exit code 0.
+        ("HETGEN_WATCHDOG_S", "1e-12"),
+        ("HETGEN_WATCHDOG_S", "0.5"),
         ("HETGEN_WATCHDOG_S", "soon"),
         ("HETGEN_DATA_PORT", "0"),
         ("HETGEN_DATA_PORT", "65536"),
