@@ -88,9 +88,11 @@ fn check_bytes_in(name: &str, bytes: &[u8], dir: Option<&Path>) -> Checked {
     } else {
         "the first byte that is not UTF-8"
     };
-    let looks_utf16 = utf16 || bytes.contains(&0);
-    let message = if looks_utf16 {
+    let message = if utf16 || looks_like_utf16(bytes) {
         "the spec is UTF-16 text, not UTF-8".to_owned()
+    } else if bytes.get(at) == Some(&0) {
+        // NULs that are not UTF-16's high bytes: a binary file, or one cut off by a crash.
+        "the spec is not text: it holds NUL bytes".to_owned()
     } else {
         format!("the spec is not UTF-8 text (byte 0x{:02x})", bytes[at])
     };
@@ -110,6 +112,15 @@ fn check_bytes_in(name: &str, bytes: &[u8], dir: Option<&Path>) -> Checked {
             problems: vec![problem],
         },
     }
+}
+
+/// UTF-16 without a byte-order mark, as the text of a spec (mostly ASCII) looks: in its first
+/// pairs of bytes one byte is NUL and the other is not, always on the same side.
+fn looks_like_utf16(bytes: &[u8]) -> bool {
+    let pairs: Vec<&[u8]> = bytes.chunks_exact(2).take(32).collect();
+    let side =
+        |nul: usize| !pairs.is_empty() && pairs.iter().all(|p| p[nul] == 0 && p[1 - nul] != 0);
+    side(0) || side(1)
 }
 
 /// Shared state of one check: where problems are collected and how paths find their spans.

@@ -356,10 +356,20 @@ fn text_that_is_not_utf8_is_an_invalid_spec_at_its_first_bad_byte() {
         .encode_utf16()
         .flat_map(u16::to_le_bytes)
         .collect();
+    let utf16_big_endian: Vec<u8> = "version = 1\n"
+        .encode_utf16()
+        .flat_map(u16::to_be_bytes)
+        .collect();
+    // Once reported as UTF-16 text.
+    let nuls = vec![0u8; 64];
+    let truncated = b"version = 1\n\0\0\0\0".to_vec();
     for (bytes, at, what) in [
         (latin1, (3, 12), "not UTF-8 text (byte 0xe9)"),
         (utf16_bom, (1, 1), "UTF-16"),
         (utf16_bare, (1, 2), "UTF-16"),
+        (utf16_big_endian, (1, 1), "UTF-16"),
+        (nuls, (1, 1), "not text: it holds NUL bytes"),
+        (truncated, (2, 1), "not text: it holds NUL bytes"),
     ] {
         let checked = hetgen_spec::check_bytes("enc.toml", &bytes);
         assert!(checked.job.is_none());

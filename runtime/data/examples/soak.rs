@@ -67,15 +67,19 @@ steps = 10
 }
 
 /// `--name value` from the command line.
+/// The value of `name`, or `default`; a value that does not parse ends the run with exit 2.
 fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
+    let Some(value) = args
+        .iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} {v}: not a valid value"))
-        })
-        .unwrap_or(default)
+    else {
+        return default;
+    };
+    value.parse().unwrap_or_else(|_| {
+        eprintln!("soak: {name} {value}: not a valid value");
+        std::process::exit(2)
+    })
 }
 
 fn main() -> ExitCode {
@@ -198,6 +202,11 @@ struct Totals {
 
 fn coordinator(args: &[String]) -> ExitCode {
     let minutes: f64 = flag(args, "--minutes", 10.0);
+    // `nan` and `inf` parse as numbers, and `Duration::from_secs_f64` panics on them.
+    if !(0.1..=1440.0).contains(&minutes) {
+        eprintln!("soak: --minutes {minutes}: expected minutes from 0.1 to 1440");
+        return ExitCode::from(2);
+    }
     let servers: usize = flag(args, "--servers", 3);
     let trainers: u32 = flag(args, "--trainers", 2);
     let epochs: u32 = flag(args, "--epochs", 3);

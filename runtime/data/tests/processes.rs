@@ -301,3 +301,25 @@ fn bad_numeric_variables_fail_with_the_reason_in_the_failure_file() {
         );
     }
 }
+
+#[test]
+fn the_soak_refuses_a_duration_that_is_not_one() {
+    // `cargo test` builds the package's examples beside its test binaries.
+    let soak = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples/soak");
+    // `--minutes nan` once panicked.
+    for minutes in ["nan", "inf", "0", "-1", "soon"] {
+        let out = Command::new(&soak)
+            .args(["--minutes", minutes])
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", soak.display()));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{minutes}: {stderr}");
+        assert!(stderr.contains("--minutes"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
