@@ -655,7 +655,7 @@ fn connect(
                 "mode `remote` outside a job needs `hosts` (\"host:port\" of every data server)",
             ));
         }
-        (Some(hosts), _) => {
+        (Some(hosts), env) => {
             let targets = hosts
                 .iter()
                 .map(|h| parse_host(h))
@@ -664,7 +664,11 @@ fn connect(
                 Some(token) => token,
                 None => hetgen_data::auth::token_from_env().map_err(|e| errors::to_py(&e))?,
             };
-            let id = id.unwrap_or_else(|| format!("python-{}/rank-{rank}", std::process::id()));
+            // Inside a job its servers take only ids of its trainer hosts; outside, any.
+            let id = id.unwrap_or_else(|| match env {
+                Some(env) => trainer_id(env, rank),
+                None => format!("python-{}/rank-{rank}", std::process::id()),
+            });
             let mut config = ClientConfig::new(id, token);
             tune(&mut config);
             let shape = job.pipeline.output_shape;

@@ -105,7 +105,9 @@ fn trainer(args: &[String]) -> ExitCode {
             (ip.to_owned(), port.parse().expect("a port"))
         })
         .collect();
-    let mut config = ClientConfig::new(format!("soak-trainer/rank-{rank}"), TOKEN.to_owned());
+    // The servers accept ids of the job's trainer host (`setup` makes it the host after them).
+    let trainer_host = format!("algo-{}", hosts.len() + 1);
+    let mut config = ClientConfig::new(format!("{trainer_host}/rank-{rank}"), TOKEN.to_owned());
     config.connect_timeout = Duration::from_secs(30);
     config.stall_timeout = Duration::from_secs(10);
     config.heartbeat = Duration::from_millis(500);

@@ -17,7 +17,9 @@
 //! - A trainer id is at most [`MAX_TRAINER_ID`] bytes, and goes into logs escaped and cut
 //!   short ([`LogId`]).
 //! - A trainer may have [`ServerConfig::max_streams_per_trainer`] shard streams open at once;
-//!   one more is `RESOURCE_EXHAUSTED`. At most [`MAX_TRAINERS`] trainers are tracked.
+//!   one more is `RESOURCE_EXHAUSTED`. At most [`MAX_TRAINERS`] trainers are tracked; when the
+//!   table is full the one silent the longest without an open stream gives way. Inside a job
+//!   a trainer id must name one of its trainer hosts and a rank (`algo-3/rank-0`).
 //! - The shards streamed and not yet acknowledged are remembered per trainer up to
 //!   [`ServerConfig::max_unacked_per_trainer`]; past that the oldest are forgotten (a late Ack
 //!   of one is `NOT_FOUND`, which the client ignores).
@@ -68,6 +70,8 @@ pub const MAX_UNARY_REQUEST: usize = 64 << 10;
 pub const MAX_TRAINER_ID: usize = 256;
 /// Most trainers one server keeps track of at once.
 pub const MAX_TRAINERS: usize = 1024;
+/// The largest rank a trainer id may name (a job of 65 536 processes).
+pub const MAX_RANK: u32 = 65_535;
 
 /// What a data server serves: a shard's samples as batches. Every job serves its pipeline
 /// [`Engine`]; the loopback benchmark serves prepared batches, to time the service alone.
@@ -280,12 +284,23 @@ impl Shared {
 }
 
 /// What the server keeps per trainer.
-#[derive(Default)]
 struct Trainer {
     /// Shard streams open now.
     streams: usize,
     /// (epoch, shard) streamed and not yet acknowledged, oldest first.
     unacked: VecDeque<(u32, u32)>,
+    /// When it last opened a stream or acknowledged one.
+    last_seen: Instant,
+}
+
+impl Default for Trainer {
+    fn default() -> Self {
+        Trainer {
+            streams: 0,
+            unacked: VecDeque::new(),
+            last_seen: Instant::now(),
+        }
+    }
 }
 
 impl Trainer {
@@ -317,8 +332,11 @@ impl std::fmt::Display for LogId<'_> {
     }
 }
 
-/// Refuse trainer ids no hetgen trainer sends.
-fn check_trainer_id(id: &str) -> Result<(), Status> {
+/// Refuse trainer ids no hetgen trainer sends. Inside a job (`trainer_hosts` known) an id
+/// names one of its trainer hosts and a rank, `<host>/rank-<n>`, as every hetgen client
+/// sends it (or `<host>/launcher`, the trainer host's launcher saying it finished): a caller
+/// cannot make up trainers to fill the server's table.
+fn check_trainer_id(id: &str, trainer_hosts: &[String]) -> Result<(), Status> {
     if id.len() > MAX_TRAINER_ID {
         return Err(Status::invalid_argument(format!(
             "trainer id `{}` is {} bytes; at most {MAX_TRAINER_ID}",
@@ -326,7 +344,26 @@ fn check_trainer_id(id: &str) -> Result<(), Status> {
             id.len()
         )));
     }
-    Ok(())
+    if trainer_hosts.is_empty() {
+        return Ok(());
+    }
+    let ours = id.rsplit_once('/').is_some_and(|(host, who)| {
+        let rank = who.strip_prefix("rank-");
+        trainer_hosts.iter().any(|h| h == host)
+            && (who == "launcher"
+                || rank.is_some_and(|r| {
+                    !r.starts_with('+') && r.parse::<u32>().is_ok_and(|r| r <= MAX_RANK)
+                }))
+    });
+    if ours {
+        Ok(())
+    } else {
+        Err(Status::permission_denied(format!(
+            "trainer id `{}` names no trainer of this job: ids are `<trainer host>/rank-<0..={MAX_RANK}>` or `<trainer host>/launcher`, the trainer hosts {}",
+            LogId(id),
+            trainer_hosts.join(", ")
+        )))
+    }
 }
 
 /// One open shard stream of a trainer; closing it (dropping this) frees its place.
@@ -374,11 +411,27 @@ impl Service {
         let id = &request.trainer_id;
         let mut trainers = shared.trainers.lock().expect("lock poisoned");
         if !trainers.contains_key(id) && trainers.len() >= MAX_TRAINERS {
-            return Err(Status::resource_exhausted(format!(
-                "this data server tracks {MAX_TRAINERS} trainers already"
-            )));
+            // Full: the trainer silent the longest with no stream open gives way. Only its
+            // unacknowledged shards are forgotten (a late Ack of one is NOT_FOUND, which
+            // clients ignore), so no one, however many ids they use, locks a trainer out.
+            let stalest = trainers
+                .iter()
+                .filter(|(_, t)| t.streams == 0)
+                .min_by_key(|(_, t)| t.last_seen)
+                .map(|(id, _)| id.clone());
+            match stalest {
+                Some(old) => {
+                    trainers.remove(&old);
+                }
+                None => {
+                    return Err(Status::resource_exhausted(format!(
+                        "this data server has streams open for {MAX_TRAINERS} trainers already"
+                    )));
+                }
+            }
         }
         let trainer = trainers.entry(id.clone()).or_default();
+        trainer.last_seen = Instant::now();
         let cap = shared.config.max_streams_per_trainer;
         if trainer.streams >= cap {
             return Err(Status::resource_exhausted(format!(
@@ -621,7 +674,7 @@ impl DataService for Service {
                 request.protocol_version
             )));
         }
-        check_trainer_id(&request.trainer_id)?;
+        check_trainer_id(&request.trainer_id, &self.0.config.trainer_hosts)?;
         self.0.touch();
         tracing::info!(trainer = %LogId(&request.trainer_id), "trainer connected");
         let [h, w, c] = self.0.engine.output_shape();
@@ -660,13 +713,14 @@ impl DataService for Service {
 
     async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
         let request = request.into_inner();
-        check_trainer_id(&request.trainer_id)?;
+        check_trainer_id(&request.trainer_id, &self.0.config.trainer_hosts)?;
         self.0.touch();
         let mut trainers = self.0.trainers.lock().expect("lock poisoned");
         // The first shard this server does not owe the trainer, if any.
         let missing = match trainers.get_mut(&request.trainer_id) {
             None => request.shards.first().copied(),
             Some(trainer) => {
+                trainer.last_seen = Instant::now();
                 let missing = request.shards.iter().copied().find(|shard| {
                     let key = (request.epoch, *shard);
                     match trainer.unacked.iter().position(|k| *k == key) {
@@ -726,7 +780,7 @@ impl DataService for Service {
 
 /// Refuse requests no honest trainer sends, before any work is done.
 fn validate_shard(shared: &Shared, request: &ShardRequest) -> Result<(), Status> {
-    check_trainer_id(&request.trainer_id)?;
+    check_trainer_id(&request.trainer_id, &shared.config.trainer_hosts)?;
     if request.sample_ids.is_empty() {
         return Err(Status::invalid_argument(
             "shard request carries no sample ids",

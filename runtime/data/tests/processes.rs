@@ -8,12 +8,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use hetgen_data::client::Client;
 use hetgen_pipeline::BatchStream;
+use hetgen_spec::model::Job;
 
 struct Cluster {
     dir: tempfile::TempDir,
     port: u16,
     net: u8,
+    /// The trainer host, whose ids (`algo-N/rank-0`) the job's servers accept.
+    trainer: String,
     // The tests of this file share one process environment (HETGEN_HOSTS_FILE) and host names,
     // so clusters run one at a time.
     _serial: std::sync::MutexGuard<'static, ()>,
@@ -69,6 +73,7 @@ impl Cluster {
             dir,
             port,
             net,
+            trainer,
             _serial: serial,
         }
     }
@@ -93,6 +98,13 @@ impl Cluster {
     fn hosts(&self, names: &[&str]) -> Vec<(String, u16)> {
         let _ = self.net;
         names.iter().map(|n| (n.to_string(), self.port)).collect()
+    }
+
+    /// A client of the servers on `names`, as the job's trainer host.
+    fn connect(&self, job: &Job, names: &[&str]) -> Client {
+        let mut config = client_config();
+        config.trainer_id = format!("{}/rank-0", self.trainer);
+        Client::connect(&self.hosts(names), job.pipeline.output_shape, config).unwrap()
     }
 
     fn failure(&self, host: &str) -> PathBuf {
@@ -140,7 +152,7 @@ fn one_of_three_servers_killed_mid_epoch_loses_and_repeats_nothing() {
             .collect(),
     );
     let job = job();
-    let client = connect(&job, &cluster.hosts(&["algo-1", "algo-2", "algo-3"]));
+    let client = cluster.connect(&job, &["algo-1", "algo-2", "algo-3"]);
     let mut stream = client.stream(input(&job, &client, 2, false), None);
     let mut batches = Vec::new();
     while let Some(batch) = stream.next_batch() {
@@ -172,7 +184,7 @@ fn servers_exit_by_watchdog_when_the_trainer_disappears() {
     let mut children = Reaper(vec![cluster.start("algo-1", &[("HETGEN_WATCHDOG_S", "1")])]);
     let job = job();
     {
-        let client = connect(&job, &cluster.hosts(&["algo-1"]));
+        let client = cluster.connect(&job, &["algo-1"]);
         let mut stream = client.stream(input(&job, &client, 1, false), None);
         stream.next_batch().unwrap().unwrap();
         // The trainer vanishes here: its connection and heartbeats end with the client.
@@ -197,7 +209,7 @@ fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
     let cluster = Cluster::new(1);
     let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
     let job = job();
-    let client = connect(&job, &cluster.hosts(&["algo-1"]));
+    let client = cluster.connect(&job, &["algo-1"]);
     let mut stream = client.stream(input(&job, &client, 50, false), None);
     stream.next_batch().unwrap().unwrap();
     signal(&children.0[0], "TERM");
@@ -226,7 +238,7 @@ fn a_second_signal_stops_a_draining_server_at_once() {
     let cluster = Cluster::new(1);
     let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
     let job = job();
-    let client = connect(&job, &cluster.hosts(&["algo-1"]));
+    let client = cluster.connect(&job, &["algo-1"]);
     let mut stream = client.stream(input(&job, &client, 50, false), None);
     stream.next_batch().unwrap().unwrap();
     signal(&children.0[0], "TERM");
@@ -244,7 +256,7 @@ fn a_draining_server_stops_on_its_own_when_the_trainer_never_finishes() {
     let cluster = Cluster::new(1);
     let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
     let job = job();
-    let client = connect(&job, &cluster.hosts(&["algo-1"]));
+    let client = cluster.connect(&job, &["algo-1"]);
     let mut stream = client.stream(input(&job, &client, 50, false), None);
     stream.next_batch().unwrap().unwrap();
     signal(&children.0[0], "TERM");

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use hetgen_data::PROTOCOL_VERSION;
 use hetgen_data::auth::AttachToken;
+use hetgen_data::client::Client;
 use hetgen_data::proto::data_service_client::DataServiceClient;
 use hetgen_data::proto::{AckRequest, HandshakeRequest, ShardRequest, ShutdownRequest};
 use hetgen_data::server::StopReason;
@@ -629,7 +630,13 @@ fn a_server_stops_once_every_trainer_host_has_finished() {
     let job = job();
     let trainers = ["algo-3".to_owned(), "algo-4".to_owned()];
     let server = TestServer::start(&job, "algo-1", |c| c.trainer_hosts = trainers.to_vec());
-    let client = connect(&job, &hosts(&[&server]));
+    // Inside a job a trainer's id names its host.
+    let as_trainer = |server: &TestServer| {
+        let mut config = client_config();
+        config.trainer_id = "algo-3/rank-0".into();
+        Client::connect(&hosts(&[server]), job.pipeline.output_shape, config).unwrap()
+    };
+    let client = as_trainer(&server);
     // A fast host that finished does not cut the slow one off; a stranger is refused, whether
     // or not it says it failed.
     assert!(client.finished("algo-4", false, "done").is_empty());
@@ -656,10 +663,89 @@ fn a_server_stops_once_every_trainer_host_has_finished() {
 
     // A host whose training failed ends the job at once.
     let server = TestServer::start(&job, "algo-2", |c| c.trainer_hosts = trainers.to_vec());
-    let client = connect(&job, &hosts(&[&server]));
+    let client = as_trainer(&server);
     assert!(client.finished("algo-3", true, "trainer failed").is_empty());
     assert_eq!(
         server.stopped_within(Duration::from_secs(10)),
         Some(StopReason::Shutdown("trainer failed".into()))
     );
+}
+
+/// A one-sample shard of `trainer`, read to its end (and never acknowledged).
+fn stream_one(
+    rt: &tokio::runtime::Runtime,
+    client: &mut DataServiceClient<
+        tonic::codegen::InterceptedService<tonic::transport::Channel, AttachToken>,
+    >,
+    trainer: &str,
+) -> Result<(), tonic::Status> {
+    let request = ShardRequest {
+        epoch: 0,
+        shard: 0,
+        sample_ids: vec![0],
+        batch_size: 1,
+        trainer_id: trainer.into(),
+    };
+    let mut stream = rt.block_on(client.stream_shard(request))?.into_inner();
+    while rt.block_on(stream.message())?.is_some() {}
+    Ok(())
+}
+
+#[test]
+fn inside_a_job_trainer_ids_name_its_trainer_hosts() {
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |c| {
+        c.trainer_hosts = vec!["algo-3".into(), "algo-4".into()]
+    });
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    for ours in ["algo-3/rank-0", "algo-4/rank-65535", "algo-3/launcher"] {
+        stream_one(&rt, &mut client, ours).unwrap_or_else(|e| panic!("{ours}: {e:?}"));
+    }
+    // Any other string once made a trainer of its own.
+    for stranger in [
+        "t",
+        "algo-9/rank-0",
+        "algo-3/rank-65536",
+        "algo-3/rank-+1",
+        "algo-3/rank-x",
+        "algo-3",
+        "/rank-0",
+    ] {
+        let refused = stream_one(&rt, &mut client, stranger).unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Code::PermissionDenied,
+            "{stranger}: {refused:?}"
+        );
+        assert!(
+            refused
+                .message()
+                .contains("the trainer hosts algo-3, algo-4"),
+            "{refused:?}"
+        );
+    }
+}
+
+#[test]
+fn a_full_trainer_table_locks_no_trainer_out() {
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |c| c.trainer_hosts = vec!["algo-3".into()]);
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    // More ids than the table holds, each owing an Ack: once, every new id after the 1 024th
+    // was RESOURCE_EXHAUSTED, a legitimate trainer's included.
+    for rank in 0..hetgen_data::server::MAX_TRAINERS + 10 {
+        stream_one(&rt, &mut client, &format!("algo-3/rank-{rank}"))
+            .unwrap_or_else(|e| panic!("rank {rank}: {e:?}"));
+    }
+    stream_one(&rt, &mut client, "algo-3/rank-60000").unwrap();
+    // The ones that gave way were the longest silent: the latest still owe their Ack.
+    let ack = |rank: usize| {
+        rt.block_on(client.clone().ack(AckRequest {
+            epoch: 0,
+            shards: vec![0],
+            trainer_id: format!("algo-3/rank-{rank}"),
+        }))
+    };
+    assert_eq!(ack(0).unwrap_err().code(), Code::NotFound);
+    ack(hetgen_data::server::MAX_TRAINERS + 9).unwrap();
 }
