@@ -20,6 +20,7 @@ pub use hetgen_pipeline::tune_allocator;
 pub mod client;
 pub mod role;
 pub mod server;
+mod throttle;
 pub mod wire;
 
 /// Generated types of `hetgen.data.v1`.

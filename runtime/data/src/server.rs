@@ -56,6 +56,7 @@ use crate::proto::{
     AckRequest, AckResponse, Batch, DType, HandshakeRequest, HandshakeResponse, HeartbeatRequest,
     HeartbeatResponse, ServerStats, ShardRequest, ShutdownRequest, ShutdownResponse, TensorSpec,
 };
+use crate::throttle::LogThrottle;
 use crate::wire;
 use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
@@ -214,6 +215,8 @@ struct Shared {
     finished: Mutex<BTreeSet<String>>,
     samples_served: AtomicU64,
     queued: AtomicU32,
+    /// Budgets of the log lines a peer causes at will.
+    logs: Logs,
     rate: Mutex<(Instant, u64)>,
     sample_bytes: usize,
 }
@@ -281,6 +284,15 @@ impl Shared {
             samples_served: served,
         }
     }
+}
+
+/// One budget per kind of line a peer can cause ([`crate::throttle`]).
+#[derive(Default)]
+struct Logs {
+    connected: LogThrottle,
+    forgotten: LogThrottle,
+    finished: LogThrottle,
+    failed: LogThrottle,
 }
 
 /// What the server keeps per trainer.
@@ -446,8 +458,9 @@ impl Service {
             trainer.unacked.push_back(key);
             if trainer.unacked.len() > shared.config.max_unacked_per_trainer
                 && let Some((epoch, shard)) = trainer.unacked.pop_front()
+                && let Some(suppressed) = shared.logs.forgotten.allow()
             {
-                tracing::warn!(trainer = %LogId(id), epoch, shard, "too many unacknowledged shards; forgetting the oldest");
+                tracing::warn!(trainer = %LogId(id), epoch, shard, suppressed, "too many unacknowledged shards; forgetting the oldest");
             }
         }
         Ok(OpenStream {
@@ -676,7 +689,9 @@ impl DataService for Service {
         }
         check_trainer_id(&request.trainer_id, &self.0.config.trainer_hosts)?;
         self.0.touch();
-        tracing::info!(trainer = %LogId(&request.trainer_id), "trainer connected");
+        if let Some(suppressed) = self.0.logs.connected.allow() {
+            tracing::info!(trainer = %LogId(&request.trainer_id), suppressed, "trainer connected");
+        }
         let [h, w, c] = self.0.engine.output_shape();
         Ok(Response::new(HandshakeResponse {
             protocol_version: PROTOCOL_VERSION,
@@ -767,10 +782,11 @@ impl DataService for Service {
         if waiting_for.is_empty() {
             tracing::info!(reason = %LogId(&reason), "shutdown requested by a trainer");
             self.0.request_stop(StopReason::Shutdown(reason));
-        } else {
+        } else if let Some(suppressed) = self.0.logs.finished.allow() {
             tracing::info!(
                 host = %LogId(&request.trainer_host),
                 waiting_for = ?waiting_for,
+                suppressed,
                 "a trainer host finished; serving the others"
             );
         }
@@ -858,7 +874,9 @@ fn run_shard(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<BatchOrErr
     );
     match result {
         Err(e) => {
-            tracing::error!(epoch = request.epoch, shard = request.shard, error = %e, "shard failed");
+            if let Some(suppressed) = shared.logs.failed.allow() {
+                tracing::error!(epoch = request.epoch, shard = request.shard, error = %e, suppressed, "shard failed");
+            }
             let _ = tx.blocking_send(Err(Status::data_loss(format!(
                 "shard {} of epoch {}: {e}",
                 request.shard, request.epoch
@@ -892,6 +910,7 @@ pub async fn serve(
         stop: stop_tx,
         trainers: Mutex::new(HashMap::new()),
         finished: Mutex::new(BTreeSet::new()),
+        logs: Logs::default(),
         samples_served: AtomicU64::new(0),
         queued: AtomicU32::new(0),
         rate: Mutex::new((Instant::now(), 0)),

@@ -335,3 +335,36 @@ fn the_soak_refuses_a_duration_that_is_not_one() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn a_client_calling_in_a_loop_costs_the_log_a_few_lines_a_second() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
+    let job = job();
+    // Every connect is a Handshake, once logged each.
+    for _ in 0..200 {
+        drop(cluster.connect(&job, &["algo-1"]));
+    }
+    // A call in a later window is logged, with the count of those left out.
+    std::thread::sleep(Duration::from_millis(1100));
+    drop(cluster.connect(&job, &["algo-1"]));
+    signal(&children.0[0], "INT");
+    signal(&children.0[0], "INT");
+    let (_, stderr) = exited_within(&mut children.0[0], Duration::from_secs(10)).expect("stops");
+    let connected = stderr.matches("trainer connected").count();
+    assert!(connected <= 40, "{connected} lines");
+    // What was left out is counted in the lines let through: every call is accounted for.
+    let told: u64 = stderr
+        .lines()
+        .filter(|l| l.contains("trainer connected"))
+        .filter_map(|l| {
+            l.split("suppressed=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(connected as u64 + told, 201, "{stderr}");
+}
