@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use hetgen_data::client::Client;
+use hetgen_data::client::{Client, RemoteStream};
 use hetgen_pipeline::BatchStream;
 use hetgen_spec::model::Job;
 
@@ -204,15 +204,21 @@ fn signal(child: &Child, signal: &str) {
     assert!(sent.unwrap().success());
 }
 
-#[test]
-fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
+/// One data server streaming to its job's trainer, then sent SIGTERM: the job is being stopped.
+fn stopped_while_streaming() -> (Cluster, Reaper, Client, RemoteStream) {
     let cluster = Cluster::new(1);
-    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
+    let children = Reaper(vec![cluster.start("algo-1", &[])]);
     let job = job();
     let client = cluster.connect(&job, &["algo-1"]);
     let mut stream = client.stream(input(&job, &client, 50, false), None);
     stream.next_batch().unwrap().unwrap();
     signal(&children.0[0], "TERM");
+    (cluster, children, client, stream)
+}
+
+#[test]
+fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
+    let (_cluster, mut children, client, mut stream) = stopped_while_streaming();
     // The whole job is being stopped and the trainer's own signal is on its way: the server
     // goes on serving it meanwhile instead of failing its stream.
     std::thread::sleep(Duration::from_millis(500));
@@ -235,13 +241,7 @@ fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
 
 #[test]
 fn a_second_signal_stops_a_draining_server_at_once() {
-    let cluster = Cluster::new(1);
-    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
-    let job = job();
-    let client = cluster.connect(&job, &["algo-1"]);
-    let mut stream = client.stream(input(&job, &client, 50, false), None);
-    stream.next_batch().unwrap().unwrap();
-    signal(&children.0[0], "TERM");
+    let (_cluster, mut children, _client, _stream) = stopped_while_streaming();
     std::thread::sleep(Duration::from_millis(300));
     signal(&children.0[0], "INT");
     // Well before the drain period would have ended.
@@ -253,19 +253,12 @@ fn a_second_signal_stops_a_draining_server_at_once() {
 
 #[test]
 fn a_draining_server_stops_on_its_own_when_the_trainer_never_finishes() {
-    let cluster = Cluster::new(1);
-    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
-    let job = job();
-    let client = cluster.connect(&job, &["algo-1"]);
-    let mut stream = client.stream(input(&job, &client, 50, false), None);
-    stream.next_batch().unwrap().unwrap();
-    signal(&children.0[0], "TERM");
+    let (_cluster, mut children, _client, _stream) = stopped_while_streaming();
     // The trainer keeps its connection (and heartbeats) but never says it finished.
     let (status, stderr) = exited_within(&mut children.0[0], Duration::from_secs(12))
         .expect("stops after the drain period");
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("after the drain period"), "{stderr}");
-    drop(stream);
 }
 
 #[test]

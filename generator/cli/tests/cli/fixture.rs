@@ -44,18 +44,9 @@ impl Fixture {
     }
 
     /// Like [`Fixture::start`], passing every call that is not SageMaker's to `upstream` (a
-    /// moto server's URL) and calling `hook` before each DescribeTrainingJob is answered.
+    /// moto server's URL), calling `hook` before each DescribeTrainingJob is answered, and
+    /// refusing the first `throttled` GetLogEvents calls with CloudWatch's ThrottlingException.
     pub fn with_upstream(
-        states: &[(&str, &str, Option<&str>)],
-        upstream: &str,
-        hook: impl Fn(usize) + Send + Sync + 'static,
-    ) -> Fixture {
-        Fixture::throttling_logs(states, upstream, hook, 0)
-    }
-
-    /// Like [`Fixture::with_upstream`], refusing the first `throttled` GetLogEvents calls with
-    /// CloudWatch's ThrottlingException.
-    pub fn throttling_logs(
         states: &[(&str, &str, Option<&str>)],
         upstream: &str,
         hook: impl Fn(usize) + Send + Sync + 'static,

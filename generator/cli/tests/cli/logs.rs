@@ -171,6 +171,37 @@ fn states() -> [(&'static str, &'static str, Option<&'static str>); 5] {
     ]
 }
 
+/// moto's server, and a scripted job in front of it whose output follows [`phases`], the first
+/// `throttled` log reads refused; the lines the job writes.
+fn scripted_job(
+    states: &[(&str, &str, Option<&str>)],
+    throttled: usize,
+) -> (Moto, Fixture, Vec<(&'static str, String)>) {
+    let moto = Moto::start();
+    let writer = Arc::new(Writer::new(&moto.url));
+    let (hook, expected) = phases(writer);
+    let fixture = Fixture::with_upstream(states, &moto.url, hook, throttled);
+    (moto, fixture, expected)
+}
+
+/// `hetgen deploy --wait` (and `extra`) of a rendered example as job [`JOB`], polling fast.
+fn deploy_wait(fixture: &Fixture, extra: &[&str]) -> (tempfile::TempDir, Command) {
+    let project = rendered_project("mnist-hetero.toml");
+    let mut args = vec!["deploy", "--wait", "--name", JOB, "--poll-interval", "0.05"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--endpoint-url", &fixture.url]);
+    let command = aws_command(&args, project.path(), true);
+    (project, command)
+}
+
+/// `hetgen logs JOB` (and `extra`) against `fixture`, polling fast.
+fn logs(fixture: &Fixture, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["logs", JOB, "--poll-interval", "0.05"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--endpoint-url", &fixture.url, "--region", "us-east-1"]);
+    aws(&args, &repo(), true)
+}
+
 /// The messages of `text`'s labelled lines, in order, with each label seen per host.
 fn labelled_lines(text: &str) -> (Vec<String>, BTreeMap<String, String>) {
     let mut messages = Vec::new();
@@ -204,25 +235,8 @@ fn assert_each_once_in_order(seen: &[String], expected: &[(&str, String)], text:
 
 #[test]
 fn deploy_wait_streams_every_hosts_lines_once_in_time_order_with_their_groups() {
-    let moto = Moto::start();
-    let writer = Arc::new(Writer::new(&moto.url));
-    let (hook, expected) = phases(writer);
-    let fixture = Fixture::with_upstream(&states(), &moto.url, hook);
-    let project = rendered_project("mnist-hetero.toml");
-    let out = aws(
-        &[
-            "deploy",
-            "--wait",
-            "--name",
-            JOB,
-            "--poll-interval",
-            "0.05",
-            "--endpoint-url",
-            &fixture.url,
-        ],
-        project.path(),
-        true,
-    );
+    let (_moto, fixture, expected) = scripted_job(&states(), 0);
+    let out = deploy_wait(&fixture, &[]).1.output().unwrap();
     let err = stderr(&out);
     assert_eq!(code(&out), 0, "{}", &err[err.len().saturating_sub(3000)..]);
     let (seen, labels) = labelled_lines(&err);
@@ -245,26 +259,8 @@ fn deploy_wait_streams_every_hosts_lines_once_in_time_order_with_their_groups() 
 
 #[test]
 fn no_logs_follows_the_status_only() {
-    let moto = Moto::start();
-    let writer = Arc::new(Writer::new(&moto.url));
-    let (hook, _) = phases(writer);
-    let fixture = Fixture::with_upstream(&states(), &moto.url, hook);
-    let project = rendered_project("mnist-hetero.toml");
-    let out = aws(
-        &[
-            "deploy",
-            "--wait",
-            "--no-logs",
-            "--name",
-            JOB,
-            "--poll-interval",
-            "0.05",
-            "--endpoint-url",
-            &fixture.url,
-        ],
-        project.path(),
-        true,
-    );
+    let (_moto, fixture, _) = scripted_job(&states(), 0);
+    let out = deploy_wait(&fixture, &["--no-logs"]).1.output().unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(!stderr(&out).contains("[algo-1"), "{}", stderr(&out));
     assert!(fixture.calls().iter().all(|c| !c.starts_with("Logs_")));
@@ -272,16 +268,8 @@ fn no_logs_follows_the_status_only() {
 
 #[test]
 fn logs_follow_prints_each_line_once_and_json_parses() {
-    let moto = Moto::start();
-    let writer = Arc::new(Writer::new(&moto.url));
-    let (hook, expected) = phases(writer);
-    let fixture = Fixture::with_upstream(&states(), &moto.url, hook);
-    let logs = |extra: &[&str]| {
-        let mut args = vec!["logs", JOB, "--poll-interval", "0.05"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--endpoint-url", &fixture.url, "--region", "us-east-1"]);
-        aws(&args, &repo(), true)
-    };
+    let (_moto, fixture, expected) = scripted_job(&states(), 0);
+    let logs = |extra: &[&str]| logs(&fixture, extra);
     let out = logs(&["--follow"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
@@ -350,26 +338,9 @@ fn an_unknown_job_is_a_clear_error() {
 
 #[test]
 fn throttled_reads_are_retried_and_lose_no_line() {
-    let moto = Moto::start();
-    let writer = Arc::new(Writer::new(&moto.url));
-    let (hook, expected) = phases(writer);
     // Two refusals in a row: within the client's retries, with backoff between them.
-    let fixture = Fixture::throttling_logs(&states(), &moto.url, hook, 2);
-    let out = aws(
-        &[
-            "logs",
-            JOB,
-            "--follow",
-            "--poll-interval",
-            "0.05",
-            "--endpoint-url",
-            &fixture.url,
-            "--region",
-            "us-east-1",
-        ],
-        &repo(),
-        true,
-    );
+    let (_moto, fixture, expected) = scripted_job(&states(), 2);
+    let out = logs(&fixture, &["--follow"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
     let (seen, _) = labelled_lines(&text);
@@ -384,32 +355,16 @@ fn throttled_reads_are_retried_and_lose_no_line() {
 
 #[test]
 fn ctrl_c_stops_following_and_leaves_the_job_running() {
-    let moto = Moto::start();
-    let writer = Arc::new(Writer::new(&moto.url));
-    let (hook, _) = phases(writer);
     // The job never ends.
-    let fixture = Fixture::with_upstream(&[("InProgress", "Training", None)], &moto.url, hook);
-    let project = rendered_project("mnist-hetero.toml");
+    let (_moto, fixture, _) = scripted_job(&[("InProgress", "Training", None)], 0);
+    let (project, mut deploy) = deploy_wait(&fixture, &[]);
     // Output to a file: a pipe nobody reads while the job is followed would fill up.
     let log = project.path().join("deploy.log");
-    let child = aws_command(
-        &[
-            "deploy",
-            "--wait",
-            "--name",
-            JOB,
-            "--poll-interval",
-            "0.05",
-            "--endpoint-url",
-            &fixture.url,
-        ],
-        project.path(),
-        true,
-    )
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(&log).unwrap())
-    .spawn()
-    .unwrap();
+    let child = deploy
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
     // Following: several polls done.
     let deadline = Instant::now() + Duration::from_secs(60);
     while fixture
