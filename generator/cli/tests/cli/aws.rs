@@ -236,24 +236,27 @@ fn every_example_deploys_to_moto_with_its_groups_and_channels() {
 #[test]
 fn unknown_job_is_a_clear_error() {
     let moto = Moto::start();
-    let out = aws(
-        &[
-            "status",
-            "no-such-job",
-            "--endpoint-url",
-            &moto.url,
-            "--region",
-            "us-east-1",
-        ],
-        &repo(),
-        true,
-    );
-    assert_eq!(code(&out), 1);
-    assert!(
-        stderr(&out).contains("no training job named `no-such-job`"),
-        "{}",
-        stderr(&out)
-    );
+    for command in ["status", "logs"] {
+        let out = aws(
+            &[
+                command,
+                "no-such-job",
+                "--endpoint-url",
+                &moto.url,
+                "--region",
+                "us-east-1",
+            ],
+            &repo(),
+            true,
+        );
+        assert_eq!(code(&out), 1, "{command}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("no training job named `no-such-job`"),
+            "{command}: {}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("panicked"));
+    }
 }
 
 #[test]

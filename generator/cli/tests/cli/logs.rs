@@ -313,30 +313,6 @@ fn logs_follow_prints_each_line_once_and_json_parses() {
 }
 
 #[test]
-fn an_unknown_job_is_a_clear_error() {
-    let moto = Moto::start();
-    let out = aws(
-        &[
-            "logs",
-            "no-such-job",
-            "--endpoint-url",
-            &moto.url,
-            "--region",
-            "us-east-1",
-        ],
-        &repo(),
-        true,
-    );
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("no training job named `no-such-job`"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(!stderr(&out).contains("panicked"));
-}
-
-#[test]
 fn throttled_reads_are_retried_and_lose_no_line() {
     // Two refusals in a row: within the client's retries, with backoff between them.
     let (_moto, fixture, expected) = scripted_job(&states(), 2);
