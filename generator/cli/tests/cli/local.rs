@@ -108,6 +108,13 @@ fn deploy_local_runs_the_tiny_example_to_completion() {
             .filter(|l| l.contains("dnn_group]"))
             .count()
     );
+    // `--since`: an age takes the whole run, a time after it takes nothing.
+    let dir_arg = job_dir.to_str().unwrap();
+    let recent = hetgen(&["logs", dir_arg, "--since", "1h"], &dir);
+    assert_eq!(stdout(&recent).lines().count(), run_lines.len());
+    let later = hetgen(&["logs", dir_arg, "--since", "2099-01-01T00:00:00Z"], &dir);
+    assert_eq!(code(&later), 0, "{}", stderr(&later));
+    assert_eq!(stdout(&later), "");
 }
 
 #[test]
