@@ -1,6 +1,4 @@
-//! Submit, describe, stop, list and follow training jobs.
-
-use std::time::Duration;
+//! Submit, describe, stop and list training jobs (the CLI follows them: `follow.rs`).
 
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::operation::describe_training_job::DescribeTrainingJobOutput;
@@ -187,41 +185,4 @@ pub async fn list(client: &Client, max: i32) -> Result<Vec<JobSummary>, DeployEr
         }
     }
     Ok(jobs)
-}
-
-/// A change of status or secondary status seen while waiting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition {
-    /// Time since waiting began.
-    pub after: Duration,
-    pub status: String,
-    pub secondary_status: Option<String>,
-}
-
-/// Polls the job every `interval` until it is terminal, calling `on_change` for every new
-/// (status, secondary status) pair; returns the final status.
-pub async fn wait(
-    client: &Client,
-    name: &str,
-    interval: Duration,
-    mut on_change: impl FnMut(&Transition),
-) -> Result<JobStatus, DeployError> {
-    let start = tokio::time::Instant::now();
-    let mut last: Option<(String, Option<String>)> = None;
-    loop {
-        let status = describe(client, name).await?;
-        let now = (status.status.clone(), status.secondary_status.clone());
-        if last.as_ref() != Some(&now) {
-            on_change(&Transition {
-                after: start.elapsed(),
-                status: now.0.clone(),
-                secondary_status: now.1.clone(),
-            });
-            last = Some(now);
-        }
-        if status.is_terminal() {
-            return Ok(status);
-        }
-        tokio::time::sleep(interval).await;
-    }
 }

@@ -6,7 +6,7 @@
 //! - [`Aws`]: clients from the default credential chain, a profile, a region and an optional
 //!   endpoint (emulators, VPC endpoints).
 //! - [`request`]: the rendered JSON request turned into the SDK's call.
-//! - [`jobs`]: submit, describe, stop, list, wait.
+//! - [`jobs`]: submit, describe, stop, list.
 //! - [`upload`]: a job's source bundle to S3 (jobs on AWS's PyTorch image).
 //! - [`logs`]: a job's CloudWatch logs, every host's stream, followed exactly once.
 //! - [`DeployError`]: what went wrong, in words a user can act on.
@@ -23,7 +23,7 @@ pub mod upload;
 pub use aws_sdk_sagemaker::Client as SageMakerClient;
 pub use connect::{Aws, Connection};
 pub use error::DeployError;
-pub use jobs::{JobStatus, Transition};
+pub use jobs::JobStatus;
 pub use suffix::unique_name;
 pub use token::job_token;
 
