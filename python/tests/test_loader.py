@@ -239,8 +239,11 @@ def test_bad_arguments_are_configuration_errors(cluster_factory):
 
 def test_ctrl_c_interrupts_a_loader_waiting_for_its_servers(cluster_factory):
     cluster = cluster_factory(data_hosts=1, start=False)
+    # Python's own Ctrl-C handler, whatever the test runner inherited: a shell that starts a job
+    # in the background hands it SIGINT ignored, and Python then never raises KeyboardInterrupt.
     code = (
-        "import sys, hetgen\n"
+        "import signal, sys, hetgen\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "print('waiting', flush=True)\n"
         "hetgen.Loader(connect_timeout=600)\n"
     )
