@@ -91,15 +91,20 @@ impl Follow<'_> {
 
     /// One read of every stream; how many lines it brought.
     async fn read(&mut self, view: &mut LogView) -> Result<usize, DeployError> {
-        let Some(logs) = &mut self.logs else {
-            return Ok(0);
-        };
-        let events = logs.poll().await?;
-        for e in &events {
-            view.event(e.timestamp_ms, &e.host, &e.message);
+        match &mut self.logs {
+            Some(logs) => read_into(logs, view).await,
+            None => Ok(0),
         }
-        Ok(events.len())
     }
+}
+
+/// One read of every stream of `logs` into `view`; how many lines it brought.
+pub async fn read_into(logs: &mut JobLogs, view: &mut LogView) -> Result<usize, DeployError> {
+    let events = logs.poll().await?;
+    for e in &events {
+        view.event(e.timestamp_ms, &e.host, &e.message);
+    }
+    Ok(events.len())
 }
 
 /// `  +0:05:12  InProgress · Training`

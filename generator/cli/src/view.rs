@@ -215,6 +215,18 @@ impl LogView {
         }
     }
 
+    /// [`LogView::finish`], then the trainer's summary for people (on stderr, after the lines),
+    /// when its line was seen and lines are for people.
+    pub fn end(&mut self) {
+        if let Some(summary) = self.finish()
+            && self.format == Format::Human
+        {
+            for line in summary_lines(&summary) {
+                eprintln!("  {line}");
+            }
+        }
+    }
+
     /// Clears the live line; returns the trainer's summary, if its line was seen.
     pub fn finish(&mut self) -> Option<Summary> {
         self.flush();

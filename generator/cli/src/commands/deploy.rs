@@ -12,7 +12,7 @@ use super::{ensure_fresh, render_spec, write_bundle};
 use crate::cli::{DeployArgs, Format};
 use crate::exit::Failure;
 use crate::follow::{Ended, Follow, interrupted_note};
-use crate::view::{Filter, LogView, Target, label_width, summary_lines};
+use crate::view::{Filter, LogView, Target, label_width};
 
 /// `hetgen deploy` to SageMaker; `main` sends `--local` to [`super::local`].
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
@@ -92,7 +92,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             transitions: true,
         };
         let ended = follow.run(&mut view).await;
-        let summary = view.finish();
+        view.end();
         let end = match ended? {
             Ended::Job(end) => end,
             Ended::Interrupted => {
@@ -100,11 +100,6 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
                 return Ok(ExitCode::from(130));
             }
         };
-        if let Some(summary) = &summary {
-            for line in summary_lines(summary) {
-                eprintln!("  {line}");
-            }
-        }
         if end.status == "Completed" {
             eprintln!("training job `{name}` completed");
             Ok(ExitCode::SUCCESS)

@@ -11,10 +11,10 @@ use hetgen_env::{Paths, ResourceConfig};
 use hetgen_local::joblog::{LOG_FILE, LogReader};
 use hetgen_local::record::RECORD_FILE;
 
-use crate::cli::{Format, LogsArgs};
+use crate::cli::LogsArgs;
 use crate::exit::Failure;
-use crate::follow::{Ended, Follow, interrupted_note, width_of};
-use crate::view::{Filter, LogView, Target, label_width, summary_lines};
+use crate::follow::{Ended, Follow, interrupted_note, read_into, width_of};
+use crate::view::{Filter, LogView, Target, label_width};
 
 /// How often a running local job's log is read with `--follow`.
 const LOCAL_POLL: Duration = Duration::from_millis(200);
@@ -70,13 +70,7 @@ fn local(args: &LogsArgs, dir: &Path, filter: Filter) -> Result<ExitCode, Failur
         }
         std::thread::sleep(LOCAL_POLL);
     }
-    if let Some(summary) = view.finish()
-        && args.format == Format::Human
-    {
-        for line in summary_lines(&summary) {
-            eprintln!("  {line}");
-        }
-    }
+    view.end();
     Ok(ExitCode::SUCCESS)
 }
 
@@ -131,15 +125,7 @@ fn remote(args: &LogsArgs, filter: Filter) -> Result<ExitCode, Failure> {
             }
         } else {
             // Everything there is now: read until a read brings nothing.
-            loop {
-                let events = logs.poll().await?;
-                if events.is_empty() {
-                    break;
-                }
-                for e in &events {
-                    view.event(e.timestamp_ms, &e.host, &e.message);
-                }
-            }
+            while read_into(&mut logs, &mut view).await? > 0 {}
             if !logs.has_streams() {
                 eprintln!(
                     "no log lines yet for `{}` ({}{})",
@@ -153,13 +139,7 @@ fn remote(args: &LogsArgs, filter: Filter) -> Result<ExitCode, Failure> {
                 );
             }
         }
-        if let Some(summary) = view.finish()
-            && args.format == Format::Human
-        {
-            for line in summary_lines(&summary) {
-                eprintln!("  {line}");
-            }
-        }
+        view.end();
         Ok(ExitCode::SUCCESS)
     })
 }
