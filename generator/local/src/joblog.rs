@@ -116,11 +116,6 @@ impl LogReader {
         }
     }
 
-    /// The file read.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The lines added since the last call. A line that is not a log line is an error naming
     /// the file and line number.
     pub fn read_new(&mut self) -> Result<Vec<LogLine>, LocalError> {

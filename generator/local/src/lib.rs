@@ -264,29 +264,27 @@ fn script_code(
     }
     let path = inherited.get("PATH").cloned().unwrap_or_default();
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    if !dirs.iter().any(|d| d.join("torchrun").is_file()) {
-        // The project's PyTorch venv (`scripts/torch-env.sh`) stands in for the image.
-        match launcher::torch_venv_dir()
-            .map(|v| v.join("bin"))
-            .filter(|b| b.join("torchrun").is_file())
-        {
-            Some(bin) => dirs.insert(0, bin),
-            None => {
-                return Err(LocalError::NoTorchrun {
-                    script: script.script.clone(),
-                });
-            }
-        }
-    }
-    let path = std::env::join_paths(&dirs).map_err(|_| LocalError::NoTorchrun {
+    let no_torchrun = || LocalError::NoTorchrun {
         script: script.script.clone(),
-    })?;
-    inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
-    let torchrun = dirs
+    };
+    let torchrun = match dirs
         .iter()
         .map(|d| d.join("torchrun"))
         .find(|t| t.is_file())
-        .expect("found above");
+    {
+        Some(torchrun) => torchrun,
+        None => {
+            // The project's PyTorch venv (`scripts/torch-env.sh`) stands in for the image.
+            let bin = launcher::torch_venv_dir()
+                .map(|v| v.join("bin"))
+                .filter(|b| b.join("torchrun").is_file())
+                .ok_or_else(no_torchrun)?;
+            dirs.insert(0, bin.clone());
+            bin.join("torchrun")
+        }
+    };
+    let path = std::env::join_paths(&dirs).map_err(|_| no_torchrun())?;
+    inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
     check_hetgen(&torchrun, inherited)?;
     Ok(code)
 }
