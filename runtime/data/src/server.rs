@@ -153,6 +153,11 @@ pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
 }
 
 impl ServerConfig {
+    /// Whether `host` is one of the job's trainer hosts.
+    fn is_trainer_host(&self, host: &str) -> bool {
+        self.trainer_hosts.iter().any(|h| h == host)
+    }
+
     /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
     /// keep the pool busy while the trainer acknowledges and re-requests.
     pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
@@ -234,7 +239,7 @@ impl Shared {
         if host.is_empty() || self.config.trainer_hosts.is_empty() {
             return Ok(Vec::new());
         }
-        if !self.config.trainer_hosts.iter().any(|h| h == host) {
+        if !self.config.is_trainer_host(host) {
             return Err(Status::permission_denied(format!(
                 "`{}` is not a trainer host of this job ({})",
                 LogId(host),
@@ -348,7 +353,7 @@ impl std::fmt::Display for LogId<'_> {
 /// names one of its trainer hosts and a rank, `<host>/rank-<n>`, as every hetgen client
 /// sends it (or `<host>/launcher`, the trainer host's launcher saying it finished): a caller
 /// cannot make up trainers to fill the server's table.
-fn check_trainer_id(id: &str, trainer_hosts: &[String]) -> Result<(), Status> {
+fn check_trainer_id(id: &str, config: &ServerConfig) -> Result<(), Status> {
     if id.len() > MAX_TRAINER_ID {
         return Err(Status::invalid_argument(format!(
             "trainer id `{}` is {} bytes; at most {MAX_TRAINER_ID}",
@@ -356,12 +361,12 @@ fn check_trainer_id(id: &str, trainer_hosts: &[String]) -> Result<(), Status> {
             id.len()
         )));
     }
-    if trainer_hosts.is_empty() {
+    if config.trainer_hosts.is_empty() {
         return Ok(());
     }
     let ours = id.rsplit_once('/').is_some_and(|(host, who)| {
         let rank = who.strip_prefix("rank-");
-        trainer_hosts.iter().any(|h| h == host)
+        config.is_trainer_host(host)
             && (who == "launcher"
                 || rank.is_some_and(|r| {
                     !r.starts_with('+') && r.parse::<u32>().is_ok_and(|r| r <= MAX_RANK)
@@ -373,7 +378,7 @@ fn check_trainer_id(id: &str, trainer_hosts: &[String]) -> Result<(), Status> {
         Err(Status::permission_denied(format!(
             "trainer id `{}` names no trainer of this job: ids are `<trainer host>/rank-<0..={MAX_RANK}>` or `<trainer host>/launcher`, the trainer hosts {}",
             LogId(id),
-            trainer_hosts.join(", ")
+            config.trainer_hosts.join(", ")
         )))
     }
 }
@@ -687,7 +692,7 @@ impl DataService for Service {
                 request.protocol_version
             )));
         }
-        check_trainer_id(&request.trainer_id, &self.0.config.trainer_hosts)?;
+        check_trainer_id(&request.trainer_id, &self.0.config)?;
         self.0.touch();
         if let Some(suppressed) = self.0.logs.connected.allow() {
             tracing::info!(trainer = %LogId(&request.trainer_id), suppressed, "trainer connected");
@@ -728,7 +733,7 @@ impl DataService for Service {
 
     async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
         let request = request.into_inner();
-        check_trainer_id(&request.trainer_id, &self.0.config.trainer_hosts)?;
+        check_trainer_id(&request.trainer_id, &self.0.config)?;
         self.0.touch();
         let mut trainers = self.0.trainers.lock().expect("lock poisoned");
         // The first shard this server does not owe the trainer, if any.
@@ -796,7 +801,7 @@ impl DataService for Service {
 
 /// Refuse requests no honest trainer sends, before any work is done.
 fn validate_shard(shared: &Shared, request: &ShardRequest) -> Result<(), Status> {
-    check_trainer_id(&request.trainer_id, &shared.config.trainer_hosts)?;
+    check_trainer_id(&request.trainer_id, &shared.config)?;
     if request.sample_ids.is_empty() {
         return Err(Status::invalid_argument(
             "shard request carries no sample ids",
