@@ -21,6 +21,7 @@ pub mod client;
 pub mod role;
 pub mod server;
 mod throttle;
+mod transport;
 pub mod wire;
 
 /// Generated types of `hetgen.data.v1`.

@@ -1,0 +1,295 @@
+//! The data role: serve `hetgen.data.v1.DataService` from this instance's pipeline engine.
+//!
+//! Every shard request runs on the shared [`Engine`] pool in a blocking task and streams its
+//! batches through a two-batch channel, so a trainer that stops reading stops the pipeline
+//! (gRPC flow control does the rest) instead of filling memory. The server stops, and
+//! [`serve`] returns why, on the trainer's Shutdown, on the caller's stop signal (SIGTERM), or
+//! when its watchdog has heard nothing from any trainer for longer than the configured time.
+//!
+//! ## Limits per client
+//!
+//! Every call is authenticated first ([`crate::auth`]); then nothing a client sends may grow
+//! without bound:
+//!
+//! - The unary calls (Handshake, Ack, Heartbeat, Shutdown) read at most
+//!   [`MAX_UNARY_REQUEST`] bytes; a larger body is `RESOURCE_EXHAUSTED` before it is buffered,
+//!   a malformed one `INVALID_ARGUMENT` and a compressed one `UNIMPLEMENTED`.
+//! - A trainer id is at most [`MAX_TRAINER_ID`] bytes, and goes into logs escaped and cut
+//!   short ([`LogId`]).
+//! - A trainer may have [`ServerConfig::max_streams_per_trainer`] shard streams open at once;
+//!   one more is `RESOURCE_EXHAUSTED`. At most [`MAX_TRAINERS`] trainers are tracked; when the
+//!   table is full the one silent the longest without an open stream gives way. Inside a job
+//!   a trainer id must name one of its trainer hosts and a rank (`algo-3/rank-0`).
+//! - The shards streamed and not yet acknowledged are remembered per trainer up to
+//!   [`ServerConfig::max_unacked_per_trainer`]; past that the oldest are forgotten (a late Ack
+//!   of one is `NOT_FOUND`, which the client ignores).
+//!
+//! **Worst case memory of a stalled stream** (a client that opens a shard and stops reading):
+//! the engine stops at the channel, so the stream holds the two batches queued in it, the one
+//! the engine has made and is waiting to queue, and the one hyper is writing (its head and its
+//! image buffer): at most 4 × the batch's size (`batch_size × height × width × channels`
+//! bytes, kept under the message limit when the shard is requested), whatever the shard's length.
+//! A 256-sample 224×224×3 batch is 38.5 MB, so one stalled stream holds at most ~154 MB and one
+//! trainer at most `max_streams_per_trainer` times that; the HTTP/2 windows only bound what is
+//! in the kernel's buffers and the client's.
+
+pub(crate) mod refusal;
+pub(crate) mod service;
+pub(crate) mod shard;
+mod state;
+mod trainer_id;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hetgen_pipeline::{Engine, PipelineError};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::auth::RequireToken;
+use crate::proto::data_service_server::DataServiceServer;
+use crate::transport::ZeroCopyShards;
+use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, STREAM_WINDOW};
+use service::Service;
+use state::Shared;
+pub use trainer_id::LogId;
+
+/// Most sample ids one shard request may carry.
+pub const MAX_SHARD_SAMPLES: usize = 1 << 20;
+/// Largest batch size a request may ask for.
+pub const MAX_BATCH_SIZE: u32 = 1 << 16;
+/// Largest body of a unary call (Handshake, Ack, Heartbeat, Shutdown); real ones are tens of
+/// bytes, an Ack of a thousand shards a few KiB.
+pub const MAX_UNARY_REQUEST: usize = 64 << 10;
+/// Longest trainer id, in bytes (hetgen's are `<host>/rank-<n>`).
+pub const MAX_TRAINER_ID: usize = 256;
+/// Most trainers one server keeps track of at once.
+pub const MAX_TRAINERS: usize = 1024;
+/// The largest rank a trainer id may name (a job of 65 536 processes).
+pub const MAX_RANK: u32 = 65_535;
+
+/// What a data server serves: a shard's samples as batches. Every job serves its pipeline
+/// [`Engine`]; the loopback benchmark serves prepared batches, to time the service alone.
+pub trait Batches: Send + Sync + 'static {
+    /// Per-sample `[height, width, channels]` of the `u8` images.
+    fn output_shape(&self) -> [u32; 3];
+    /// Samples per epoch of the source.
+    fn samples_per_epoch(&self) -> u64;
+    /// Cores that make the batches.
+    fn threads(&self) -> usize;
+    /// Cores busy right now.
+    fn busy_threads(&self) -> usize;
+    /// Turn `ids` into batches of `batch_size` in order, calling `emit` with each; stop early
+    /// when it returns `false`.
+    fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
+    ) -> Result<(), PipelineError>;
+}
+
+impl Batches for Engine {
+    fn output_shape(&self) -> [u32; 3] {
+        Engine::output_shape(self)
+    }
+    fn samples_per_epoch(&self) -> u64 {
+        Engine::samples_per_epoch(self)
+    }
+    fn threads(&self) -> usize {
+        Engine::threads(self)
+    }
+    fn busy_threads(&self) -> usize {
+        Engine::busy_threads(self)
+    }
+    fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
+    ) -> Result<(), PipelineError> {
+        Engine::run_shard(self, epoch, shard, ids, batch_size, emit)
+    }
+}
+
+/// How a data server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// This server's name in handshakes and logs, e.g. `algo-1`.
+    pub server_id: String,
+    /// The job's token.
+    pub token: String,
+    /// Exit after this long without hearing from any trainer.
+    pub watchdog: Duration,
+    /// Shards a trainer may stream from this server at once.
+    pub max_inflight_shards: u32,
+    /// Shard streams one trainer may hold open at once; more are refused. Above
+    /// `max_inflight_shards`, for a stream that ends while its successor starts.
+    pub max_streams_per_trainer: usize,
+    /// Streamed, unacknowledged shards remembered per trainer; the oldest are forgotten past it.
+    pub max_unacked_per_trainer: usize,
+    /// How often to log the server's counters.
+    pub log_every: Duration,
+    /// The job's trainer hosts. A Shutdown naming one of them stops the server only once all
+    /// have finished; empty: every Shutdown stops it at once.
+    pub trainer_hosts: Vec<String>,
+}
+
+/// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
+/// while the trainer acknowledges and re-requests. A server offers this many credits, and the
+/// trainer's own pipeline (hybrid input) takes as many.
+pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
+    (threads as u32).div_ceil(8).max(2)
+}
+
+impl ServerConfig {
+    /// Whether `host` is one of the job's trainer hosts.
+    fn is_trainer_host(&self, host: &str) -> bool {
+        self.trainer_hosts.iter().any(|h| h == host)
+    }
+
+    /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
+    /// keep the pool busy while the trainer acknowledges and re-requests.
+    pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
+        let max_inflight_shards = max_inflight_shards(engine.threads());
+        Self {
+            server_id,
+            token,
+            watchdog: Duration::from_secs(120),
+            max_inflight_shards,
+            max_streams_per_trainer: 2 * max_inflight_shards as usize + 2,
+            max_unacked_per_trainer: 4096,
+            log_every: Duration::from_secs(10),
+            trainer_hosts: Vec::new(),
+        }
+    }
+}
+
+/// Why a server stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// A trainer sent Shutdown with this reason.
+    Shutdown(String),
+    /// No trainer was heard from for this long.
+    Watchdog(Duration),
+    /// The caller's stop future completed (SIGTERM).
+    Stopped,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Shutdown(reason) => write!(f, "trainer sent Shutdown ({reason})"),
+            StopReason::Watchdog(d) => write!(
+                f,
+                "no trainer was heard from for {:.0} s (watchdog); stopping so this instance stops billing",
+                d.as_secs_f64()
+            ),
+            StopReason::Stopped => write!(f, "stop signal received"),
+        }
+    }
+}
+
+/// The server failed to run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The listener could not be read or the transport failed.
+    #[error("data service transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serve on `listener` until Shutdown, the watchdog, or `stop` completes; returns why.
+pub async fn serve(
+    engine: Arc<dyn Batches>,
+    config: ServerConfig,
+    listener: TcpListener,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<StopReason, ServeError> {
+    let (stop_tx, mut stop_rx) = watch::channel(None);
+    let shared = Arc::new(Shared::new(engine, config, stop_tx));
+    tracing::info!(
+        server = %shared.config.server_id,
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        threads = shared.engine.threads(),
+        samples_per_epoch = shared.engine.samples_per_epoch(),
+        "data server listening"
+    );
+
+    // The caller's stop signal and the watchdog both end up as a stop request.
+    let on_stop = shared.clone();
+    tokio::spawn(async move {
+        stop.await;
+        on_stop.request_stop(StopReason::Stopped);
+    });
+    let watchdog = shared.clone();
+    tokio::spawn(async move {
+        let limit = watchdog.config.watchdog;
+        let mut last_log = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
+            let silent = watchdog.silent_for();
+            if silent > limit {
+                watchdog.request_stop(StopReason::Watchdog(limit));
+                return;
+            }
+            if last_log.elapsed() >= watchdog.config.log_every {
+                last_log = Instant::now();
+                let s = watchdog.stats();
+                tracing::info!(
+                    samples_per_s = format!("{:.1}", s.samples_per_s),
+                    queue_depth = s.queue_depth,
+                    busy_threads = s.busy_threads,
+                    samples_served = s.samples_served,
+                    "data server counters"
+                );
+            }
+        }
+    });
+
+    let service = DataServiceServer::new(Service(shared.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let service = ZeroCopyShards {
+        inner: service,
+        service: Service(shared.clone()),
+    };
+    let service = tonic::service::interceptor::InterceptedService::new(
+        service,
+        RequireToken::new(shared.config.token.clone()),
+    );
+    // No Nagle: a batch's last partial segment must not wait for the previous one's ACK.
+    let incoming = tokio_stream::StreamExt::map(TcpListenerStream::new(listener), |socket| {
+        if let Ok(socket) = &socket {
+            socket.set_nodelay(true).ok();
+        }
+        socket
+    });
+    let mut stopped = stop_rx.clone();
+    let server = tonic::transport::Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.wait_for(Option::is_some).await;
+        });
+    // A graceful shutdown waits for open streams; streams notice `stopping` at their next batch,
+    // but a stuck client must not hold the process: give in-flight calls one second.
+    let mut server = std::pin::pin!(server);
+    tokio::select! {
+        result = &mut server => result?,
+        _ = async {
+            let _ = stop_rx.wait_for(Option::is_some).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => {}
+    }
+    let reason = shared.stop_reason().unwrap_or(StopReason::Stopped);
+    tracing::info!(%reason, "data server stopped");
+    Ok(reason)
+}

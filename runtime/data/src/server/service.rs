@@ -1,0 +1,137 @@
+//! The gRPC service: Handshake, Ack, Heartbeat and Shutdown, and the start of every shard
+//! stream (whose bytes [`crate::transport`] writes).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::StopReason;
+use super::shard::{self, BatchOrError};
+use super::state::Shared;
+use super::trainer_id::{LogId, check_trainer_id};
+use crate::PROTOCOL_VERSION;
+use crate::proto::data_service_server::DataService;
+use crate::proto::{
+    AckRequest, AckResponse, DType, HandshakeRequest, HandshakeResponse, HeartbeatRequest,
+    HeartbeatResponse, ShardRequest, ShutdownRequest, ShutdownResponse, TensorSpec,
+};
+use crate::server::refusal::Refusal;
+
+#[derive(Clone)]
+pub(crate) struct Service(pub(crate) Arc<Shared>);
+
+impl Service {
+    /// Check a shard request and start preprocessing it; its batches arrive on the receiver.
+    pub(crate) fn open_shard(
+        &self,
+        request: ShardRequest,
+    ) -> Result<mpsc::Receiver<BatchOrError>, Refusal> {
+        let shared = self.0.clone();
+        shard::validate(&shared, &request)?;
+        if shared.stopping() {
+            return Err(Refusal::ShuttingDown);
+        }
+        let open = shared.admit(&request)?;
+        shared.touch();
+        let (tx, rx) = mpsc::channel(2);
+        tokio::task::spawn_blocking(move || {
+            shard::run(&shared, request, tx);
+            drop(open);
+        });
+        Ok(rx)
+    }
+}
+
+type BatchStream = ReceiverStream<BatchOrError>;
+
+#[tonic::async_trait]
+impl DataService for Service {
+    async fn handshake(
+        &self,
+        request: Request<HandshakeRequest>,
+    ) -> Result<Response<HandshakeResponse>, Status> {
+        let request = request.into_inner();
+        if request.protocol_version != PROTOCOL_VERSION {
+            return Err(Refusal::Protocol(request.protocol_version).into());
+        }
+        check_trainer_id(&request.trainer_id, &self.0.config)?;
+        self.0.touch();
+        if let Some(suppressed) = self.0.logs.connected.allow() {
+            tracing::info!(trainer = %LogId(&request.trainer_id), suppressed, "trainer connected");
+        }
+        let [h, w, c] = self.0.engine.output_shape();
+        Ok(Response::new(HandshakeResponse {
+            protocol_version: PROTOCOL_VERSION,
+            server_id: self.0.config.server_id.clone(),
+            cores: self.0.engine.threads() as u32,
+            max_inflight_shards: self.0.config.max_inflight_shards,
+            tensors: vec![
+                TensorSpec {
+                    name: "images".into(),
+                    dtype: DType::DtypeUint8 as i32,
+                    shape: vec![h, w, c],
+                },
+                TensorSpec {
+                    name: "labels".into(),
+                    dtype: DType::DtypeInt64 as i32,
+                    shape: vec![],
+                },
+            ],
+            samples_per_epoch: self.0.engine.samples_per_epoch(),
+        }))
+    }
+
+    type StreamShardStream = BatchStream;
+
+    /// Served by [`crate::transport`] in front of this service; here for completeness of the
+    /// generated trait (and for any caller of the plain tonic service).
+    async fn stream_shard(
+        &self,
+        request: Request<ShardRequest>,
+    ) -> Result<Response<BatchStream>, Status> {
+        let batches = self.open_shard(request.into_inner())?;
+        Ok(Response::new(ReceiverStream::new(batches)))
+    }
+
+    async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {
+        let request = request.into_inner();
+        check_trainer_id(&request.trainer_id, &self.0.config)?;
+        self.0.touch();
+        self.0
+            .acknowledge(&request.trainer_id, request.epoch, &request.shards)?;
+        Ok(Response::new(AckResponse {}))
+    }
+
+    async fn heartbeat(
+        &self,
+        _request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
+        self.0.touch();
+        Ok(Response::new(HeartbeatResponse {
+            stats: Some(self.0.stats()),
+        }))
+    }
+
+    async fn shutdown(
+        &self,
+        request: Request<ShutdownRequest>,
+    ) -> Result<Response<ShutdownResponse>, Status> {
+        let request = request.into_inner();
+        let reason = request.reason;
+        let waiting_for = self.0.finished(&request.trainer_host, request.failed)?;
+        if waiting_for.is_empty() {
+            tracing::info!(reason = %LogId(&reason), "shutdown requested by a trainer");
+            self.0.request_stop(StopReason::Shutdown(reason));
+        } else if let Some(suppressed) = self.0.logs.finished.allow() {
+            tracing::info!(
+                host = %LogId(&request.trainer_host),
+                waiting_for = ?waiting_for,
+                suppressed,
+                "a trainer host finished; serving the others"
+            );
+        }
+        Ok(Response::new(ShutdownResponse { waiting_for }))
+    }
+}

@@ -1,0 +1,279 @@
+//! What the server remembers between calls: its trainers, who finished, its counters, and
+//! whether it is stopping.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use super::refusal::Refusal;
+use super::trainer_id::LogId;
+use super::{Batches, MAX_TRAINERS, ServerConfig, StopReason};
+use crate::proto::{ServerStats, ShardRequest};
+use crate::throttle::LogThrottle;
+
+/// Lock `mutex`, whether or not a panicking call poisoned it: every value kept behind these
+/// locks is whole between statements, so one failed call must not fail every later one.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) struct Shared {
+    pub(crate) engine: Arc<dyn Batches>,
+    pub(crate) config: ServerConfig,
+    last_contact: Mutex<Instant>,
+    stopping: AtomicBool,
+    stop: watch::Sender<Option<StopReason>>,
+    /// Per trainer: its open streams and the shards streamed and not yet acknowledged.
+    trainers: Mutex<HashMap<String, Trainer>>,
+    /// Trainer hosts that said they finished.
+    finished: Mutex<BTreeSet<String>>,
+    pub(crate) samples_served: AtomicU64,
+    pub(crate) queued: AtomicU32,
+    /// Budgets of the log lines a peer causes at will.
+    pub(crate) logs: Logs,
+    rate: Mutex<(Instant, u64)>,
+    /// Bytes of one sample's image.
+    pub(crate) sample_bytes: usize,
+}
+
+/// One budget per kind of line a peer can cause ([`crate::throttle`]).
+#[derive(Default)]
+pub(crate) struct Logs {
+    pub(crate) connected: LogThrottle,
+    pub(crate) forgotten: LogThrottle,
+    pub(crate) finished: LogThrottle,
+    pub(crate) failed: LogThrottle,
+}
+
+/// What the server keeps per trainer.
+struct Trainer {
+    /// Shard streams open now.
+    streams: usize,
+    /// (epoch, shard) streamed and not yet acknowledged, oldest first.
+    unacked: VecDeque<(u32, u32)>,
+    /// When it last opened a stream or acknowledged one.
+    last_seen: Instant,
+}
+
+impl Default for Trainer {
+    fn default() -> Self {
+        Trainer {
+            streams: 0,
+            unacked: VecDeque::new(),
+            last_seen: Instant::now(),
+        }
+    }
+}
+
+impl Trainer {
+    /// Nothing open and nothing owed: the entry can go.
+    fn idle(&self) -> bool {
+        self.streams == 0 && self.unacked.is_empty()
+    }
+}
+
+/// One open shard stream of a trainer; closing it (dropping this) frees its place.
+pub(crate) struct OpenStream {
+    shared: Arc<Shared>,
+    trainer: String,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let mut trainers = lock(&self.shared.trainers);
+        if let Some(t) = trainers.get_mut(&self.trainer) {
+            t.streams = t.streams.saturating_sub(1);
+            if t.idle() {
+                trainers.remove(&self.trainer);
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(
+        engine: Arc<dyn Batches>,
+        config: ServerConfig,
+        stop: watch::Sender<Option<StopReason>>,
+    ) -> Self {
+        let [h, w, c] = engine.output_shape();
+        Shared {
+            engine,
+            config,
+            last_contact: Mutex::new(Instant::now()),
+            stopping: AtomicBool::new(false),
+            stop,
+            trainers: Mutex::new(HashMap::new()),
+            finished: Mutex::new(BTreeSet::new()),
+            samples_served: AtomicU64::new(0),
+            queued: AtomicU32::new(0),
+            logs: Logs::default(),
+            rate: Mutex::new((Instant::now(), 0)),
+            sample_bytes: (h * w * c) as usize,
+        }
+    }
+
+    /// A trainer was heard from: the watchdog starts over.
+    pub(crate) fn touch(&self) {
+        *lock(&self.last_contact) = Instant::now();
+    }
+
+    /// How long no trainer has been heard from.
+    pub(crate) fn silent_for(&self) -> std::time::Duration {
+        lock(&self.last_contact).elapsed()
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Why the server stopped, once it has.
+    pub(crate) fn stop_reason(&self) -> Option<StopReason> {
+        self.stop.borrow().clone()
+    }
+
+    /// Record that trainer host `host` finished (none named: the caller speaks for every
+    /// host); the trainer hosts still training, empty when the server should stop. A host
+    /// that is not one of the job's trainer hosts is refused, failed or not: only a trainer of
+    /// this job may end it.
+    pub(crate) fn finished(&self, host: &str, failed: bool) -> Result<Vec<String>, Refusal> {
+        if host.is_empty() || self.config.trainer_hosts.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.config.is_trainer_host(host) {
+            return Err(Refusal::NotOurHost {
+                host: host.to_owned(),
+                hosts: self.config.trainer_hosts.clone(),
+            });
+        }
+        if failed {
+            return Ok(Vec::new());
+        }
+        let mut finished = lock(&self.finished);
+        finished.insert(host.to_owned());
+        Ok(self
+            .config
+            .trainer_hosts
+            .iter()
+            .filter(|h| !finished.contains(*h))
+            .cloned()
+            .collect())
+    }
+
+    pub(crate) fn request_stop(&self, reason: StopReason) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.send_if_modified(|current| {
+            if current.is_none() {
+                *current = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(crate) fn stats(&self) -> ServerStats {
+        let served = self.samples_served.load(Ordering::Relaxed);
+        let mut rate = lock(&self.rate);
+        let elapsed = rate.0.elapsed().as_secs_f64();
+        let samples_per_s = if elapsed > 0.0 {
+            (served - rate.1) as f64 / elapsed
+        } else {
+            0.0
+        };
+        *rate = (Instant::now(), served);
+        ServerStats {
+            samples_per_s,
+            queue_depth: self.queued.load(Ordering::Relaxed),
+            busy_threads: self.engine.busy_threads() as u32,
+            samples_served: served,
+        }
+    }
+
+    /// Count a stream against its trainer's limits and remember the shard as unacknowledged.
+    pub(crate) fn admit(self: &Arc<Self>, request: &ShardRequest) -> Result<OpenStream, Refusal> {
+        let id = &request.trainer_id;
+        let mut trainers = lock(&self.trainers);
+        if !trainers.contains_key(id) && trainers.len() >= MAX_TRAINERS {
+            // Full: the trainer silent the longest with no stream open gives way. Only its
+            // unacknowledged shards are forgotten (a late Ack of one is NOT_FOUND, which
+            // clients ignore), so no one, however many ids they use, locks a trainer out.
+            let stalest = trainers
+                .iter()
+                .filter(|(_, t)| t.streams == 0)
+                .min_by_key(|(_, t)| t.last_seen)
+                .map(|(id, _)| id.clone());
+            match stalest {
+                Some(old) => trainers.remove(&old),
+                None => return Err(Refusal::TrainerTableFull),
+            };
+        }
+        let trainer = trainers.entry(id.clone()).or_default();
+        trainer.last_seen = Instant::now();
+        let cap = self.config.max_streams_per_trainer;
+        if trainer.streams >= cap {
+            return Err(Refusal::TooManyStreams {
+                trainer: id.clone(),
+                open: trainer.streams,
+                cap,
+            });
+        }
+        trainer.streams += 1;
+        let key = (request.epoch, request.shard);
+        if !trainer.unacked.contains(&key) {
+            trainer.unacked.push_back(key);
+            if trainer.unacked.len() > self.config.max_unacked_per_trainer
+                && let Some((epoch, shard)) = trainer.unacked.pop_front()
+                && let Some(suppressed) = self.logs.forgotten.allow()
+            {
+                tracing::warn!(trainer = %LogId(id), epoch, shard, suppressed, "too many unacknowledged shards; forgetting the oldest");
+            }
+        }
+        Ok(OpenStream {
+            shared: self.clone(),
+            trainer: id.clone(),
+        })
+    }
+
+    /// Take `shards` of `epoch` off what `trainer` owes an Ack for; the first one this server
+    /// never streamed to it (or that was acknowledged or forgotten already) is refused.
+    pub(crate) fn acknowledge(
+        &self,
+        trainer_id: &str,
+        epoch: u32,
+        shards: &[u32],
+    ) -> Result<(), Refusal> {
+        let mut trainers = lock(&self.trainers);
+        let missing = match trainers.get_mut(trainer_id) {
+            None => shards.first().copied(),
+            Some(trainer) => {
+                trainer.last_seen = Instant::now();
+                let missing = shards.iter().copied().find(|shard| {
+                    let key = (epoch, *shard);
+                    match trainer.unacked.iter().position(|k| *k == key) {
+                        Some(i) => {
+                            trainer.unacked.remove(i);
+                            false
+                        }
+                        None => true,
+                    }
+                });
+                if trainer.idle() {
+                    trainers.remove(trainer_id);
+                }
+                missing
+            }
+        };
+        match missing {
+            Some(shard) => Err(Refusal::NeverStreamed {
+                trainer: trainer_id.to_owned(),
+                epoch,
+                shard,
+            }),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The data service's HTTP/2 layer, in front of the generated tonic service: every request
+//! body is read under a limit and checked to be one uncompressed gRPC frame of its message
+//! before anything decodes it, and StreamShard is served here, writing each batch as two data
+//! chunks ([`crate::wire`]) so its images are never copied into an encode buffer. It sits
+//! behind the token check, like the tonic service.
+//!
+//! The wire format is in three places that belong together: the .proto (`runtime/proto`),
+//! [`crate::wire`] (a batch's bytes) and this module (how they are framed on a stream).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+use tonic::Status;
+use tonic::codegen::http;
+
+use crate::proto::data_service_server::DataServiceServer;
+use crate::proto::{AckRequest, HandshakeRequest, HeartbeatRequest, ShardRequest, ShutdownRequest};
+use crate::server::refusal::Refusal;
+use crate::server::service::Service;
+use crate::server::shard::BatchOrError;
+use crate::server::{MAX_SHARD_SAMPLES, MAX_UNARY_REQUEST};
+use crate::wire;
+
+/// The path of the StreamShard method.
+const STREAM_SHARD: &str = "/hetgen.data.v1.DataService/StreamShard";
+/// Largest StreamShard request body read (the sample ids of one shard, with room to spare).
+const MAX_SHARD_REQUEST: usize = 16 * MAX_SHARD_SAMPLES;
+
+/// Serves StreamShard itself and checks every unary body before the tonic service `inner`
+/// decodes it.
+#[derive(Clone)]
+pub(crate) struct ZeroCopyShards<S> {
+    pub(crate) inner: S,
+    pub(crate) service: Service,
+}
+
+impl<S> tonic::server::NamedService for ZeroCopyShards<S> {
+    const NAME: &'static str = <DataServiceServer<Service> as tonic::server::NamedService>::NAME;
+}
+
+type HttpRequest = http::Request<tonic::body::Body>;
+type HttpResponse = http::Response<tonic::body::Body>;
+
+/// Whether a message's bytes are one request message of its method.
+type CheckMessage = fn(&[u8]) -> Result<(), prost::DecodeError>;
+
+/// The unary methods, each with a check that its body is its request message.
+const UNARY: [(&str, CheckMessage); 4] = [
+    ("/hetgen.data.v1.DataService/Handshake", |m| {
+        <HandshakeRequest as prost::Message>::decode(m).map(drop)
+    }),
+    ("/hetgen.data.v1.DataService/Ack", |m| {
+        <AckRequest as prost::Message>::decode(m).map(drop)
+    }),
+    ("/hetgen.data.v1.DataService/Heartbeat", |m| {
+        <HeartbeatRequest as prost::Message>::decode(m).map(drop)
+    }),
+    ("/hetgen.data.v1.DataService/Shutdown", |m| {
+        <ShutdownRequest as prost::Message>::decode(m).map(drop)
+    }),
+];
+
+/// The message of a request body that must be exactly one uncompressed gRPC frame.
+fn one_frame(body: &[u8]) -> Result<&[u8], Refusal> {
+    // One gRPC frame: a compression flag, a big-endian length, the message.
+    let [flag, a, b, c, d, message @ ..] = body else {
+        return Err(Refusal::NotOneFrame);
+    };
+    if *flag != 0 {
+        return Err(Refusal::Compressed);
+    }
+    let said = u32::from_be_bytes([*a, *b, *c, *d]) as usize;
+    if message.len() != said {
+        return Err(Refusal::FrameLength {
+            said,
+            carried: message.len(),
+        });
+    }
+    Ok(message)
+}
+
+/// The body of a request, read up to `limit` bytes: a larger one is refused before it is
+/// buffered.
+async fn read_body(body: tonic::body::Body, limit: usize) -> Result<bytes::Bytes, Refusal> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(Refusal::BodyTooLarge { limit })
+        }
+        Err(e) => Err(Refusal::Unreadable(e.to_string())),
+    }
+}
+
+/// A unary call's body, checked to be one uncompressed frame of its request message, for the
+/// tonic service to decode again: a bad body is the client's fault, not an `INTERNAL` error.
+async fn unary_body(check: CheckMessage, body: tonic::body::Body) -> Result<bytes::Bytes, Refusal> {
+    let bytes = read_body(body, MAX_UNARY_REQUEST + 5).await?;
+    let message = one_frame(&bytes)?;
+    check(message).map_err(Refusal::Malformed)?;
+    Ok(bytes)
+}
+
+impl<S> tonic::codegen::Service<HttpRequest> for ZeroCopyShards<S>
+where
+    S: tonic::codegen::Service<HttpRequest, Response = HttpResponse, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: HttpRequest) -> Self::Future {
+        let path = request.uri().path();
+        if let Some((_, check)) = UNARY.iter().find(|(p, _)| *p == path) {
+            let check = *check;
+            // The inner (generated) service is always ready; a clone serves this call.
+            let mut inner = self.inner.clone();
+            let (parts, body) = request.into_parts();
+            return Box::pin(async move {
+                match unary_body(check, body).await {
+                    Ok(bytes) => {
+                        let body = tonic::body::Body::new(http_body_util::Full::new(bytes));
+                        inner.call(http::Request::from_parts(parts, body)).await
+                    }
+                    Err(refusal) => Ok(Status::from(refusal).into_http()),
+                }
+            });
+        }
+        if path != STREAM_SHARD {
+            return Box::pin(self.inner.call(request));
+        }
+        let service = self.service.clone();
+        Box::pin(async move {
+            Ok(match shard_response(&service, request).await {
+                Ok(response) => response,
+                Err(refusal) => Status::from(refusal).into_http(),
+            })
+        })
+    }
+}
+
+async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpResponse, Refusal> {
+    let body = read_body(request.into_body(), MAX_SHARD_REQUEST).await?;
+    let message = one_frame(&body)?;
+    let request =
+        <ShardRequest as prost::Message>::decode(message).map_err(Refusal::MalformedShard)?;
+    let batches = service.open_shard(request)?;
+    let body = BatchBody {
+        batches,
+        images: None,
+        done: false,
+    };
+    http::Response::builder()
+        .header("content-type", "application/grpc")
+        .body(tonic::body::Body::new(body))
+        .map_err(|e| Refusal::Internal(e.to_string()))
+}
+
+/// The response body of a shard: per batch its head, then its images; gRPC trailers last.
+struct BatchBody {
+    batches: mpsc::Receiver<BatchOrError>,
+    /// The images of the batch whose head went out last.
+    images: Option<bytes::Bytes>,
+    done: bool,
+}
+
+impl http_body::Body for BatchBody {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        if let Some(images) = self.images.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(images))));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let trailers = |status: Status| {
+            let mut map = http::HeaderMap::new();
+            // Only a message that cannot be a header fails; the status code still goes out.
+            if status.add_header(&mut map).is_err() {
+                Status::new(status.code(), "").add_header(&mut map).ok();
+            }
+            Poll::Ready(Some(Ok(http_body::Frame::trailers(map))))
+        };
+        match self.batches.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(batch))) => match wire::batch_frame(batch) {
+                Ok((head, images)) => {
+                    self.images = (!images.is_empty()).then_some(images);
+                    Poll::Ready(Some(Ok(http_body::Frame::data(head))))
+                }
+                Err(why) => {
+                    self.done = true;
+                    trailers(Refusal::Internal(why).into())
+                }
+            },
+            Poll::Ready(Some(Err(status))) => {
+                self.done = true;
+                trailers(status)
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                trailers(Status::ok(""))
+            }
+        }
+    }
+}
