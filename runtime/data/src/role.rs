@@ -9,7 +9,9 @@ use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Env, HostsFile};
 use hetgen_pipeline::{Engine, PipelineError, StageRegistry};
 use hetgen_spec::model::Job;
 
-use crate::server::{ServeError, ServerConfig, StopReason, serve};
+use crate::server::{
+    IDLE_VAR, MAX_CONNECTIONS_VAR, MEMORY_VAR, ServeError, ServerConfig, StopReason, serve,
+};
 
 /// Seconds without a trainer before a data server exits (default 120).
 pub use hetgen_env::WATCHDOG_VAR;
@@ -68,22 +70,55 @@ pub fn data_port() -> Result<u16, RoleError> {
     })
 }
 
-fn watchdog() -> Result<Duration, RoleError> {
-    match std::env::var(WATCHDOG_VAR) {
-        // `f64::from_str` takes `inf`, `nan` and `1e400`; the range refuses them, and keeps
-        // `Duration::from_secs_f64` from panicking on values past `u64::MAX` seconds.
+/// `var` as a number within `range`, if set. `f64::from_str` takes `inf`, `nan` and `1e400`;
+/// the range refuses them, and keeps `Duration::from_secs_f64` from panicking on values past
+/// `u64::MAX` seconds.
+fn bounded(
+    var: &'static str,
+    range: std::ops::RangeInclusive<f64>,
+    expected: &'static str,
+) -> Result<Option<f64>, RoleError> {
+    match std::env::var(var) {
         Ok(value) => match value.trim().parse::<f64>() {
-            Ok(s) if (MIN_WATCHDOG_S..=MAX_WATCHDOG_S).contains(&s) => {
-                Ok(Duration::from_secs_f64(s))
-            }
+            Ok(n) if range.contains(&n) => Ok(Some(n)),
             _ => Err(RoleError::Variable {
-                var: WATCHDOG_VAR,
+                var,
                 value,
-                expected: "a number of seconds from 1 to 2419200 (28 days)",
+                expected,
             }),
         },
-        Err(_) => Ok(Duration::from_secs(120)),
+        Err(_) => Ok(None),
     }
+}
+
+/// The limits a host's environment may change, over `config`'s defaults.
+fn limits_from_env(config: &mut ServerConfig) -> Result<(), RoleError> {
+    if let Some(s) = bounded(
+        WATCHDOG_VAR,
+        MIN_WATCHDOG_S..=MAX_WATCHDOG_S,
+        "a number of seconds from 1 to 2419200 (28 days)",
+    )? {
+        config.watchdog = Duration::from_secs_f64(s);
+    }
+    if let Some(mib) = bounded(
+        MEMORY_VAR,
+        16.0..=(1u64 << 30) as f64,
+        "a whole number of MiB from 16 (a budget for batches in flight, all trainers together)",
+    )? {
+        config.memory_budget = (mib as u64) << 20;
+    }
+    if let Some(n) = bounded(
+        MAX_CONNECTIONS_VAR,
+        1.0..=1_048_576.0,
+        "a whole number of connections from 1 to 1048576",
+    )? {
+        config.max_connections = n as usize;
+    }
+    // At least two heartbeats of a trainer, so a live one is never taken for idle.
+    if let Some(s) = bounded(IDLE_VAR, 2.0..=MAX_WATCHDOG_S, "a number of seconds from 2")? {
+        config.idle_timeout = Duration::from_secs_f64(s);
+    }
+    Ok(())
 }
 
 /// Serve this host's share of the job until Shutdown, SIGTERM/SIGINT or the watchdog.
@@ -94,7 +129,6 @@ pub fn run_data_role(
 ) -> Result<StopReason, RoleError> {
     let token = crate::auth::token_from_env()?;
     let port = data_port()?;
-    let watchdog = watchdog()?;
     // On a local cluster each host has its own loopback address; on SageMaker, all interfaces.
     let ip = HostsFile::from_env()?
         .lookup(env.host())
@@ -107,7 +141,7 @@ pub fn run_data_role(
         job.pipeline.threads.map(|t| t as usize),
     )?);
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
-    config.watchdog = watchdog;
+    limits_from_env(&mut config)?;
     config.trainer_hosts = crate::client::trainer_hosts(job, env);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -10,14 +10,18 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::codegen::http;
 
 use crate::proto::data_service_server::DataServiceServer;
 use crate::proto::{AckRequest, HandshakeRequest, HeartbeatRequest, ShardRequest, ShutdownRequest};
+use crate::server::budget::{self, Reservation};
 use crate::server::refusal::Refusal;
 use crate::server::service::Service;
 use crate::server::shard::BatchOrError;
@@ -28,6 +32,16 @@ use crate::wire;
 const STREAM_SHARD: &str = "/hetgen.data.v1.DataService/StreamShard";
 /// Largest StreamShard request body read (the sample ids of one shard, with room to spare).
 const MAX_SHARD_REQUEST: usize = 16 * MAX_SHARD_SAMPLES;
+/// Time for a request's whole body to arrive once its headers have: a trainer sends a request
+/// in one go, so only a peer that holds a body open on purpose is cut off.
+pub(crate) const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The server's HTTP/2 receive windows: they bound what a peer can make the server buffer of
+/// request bodies it has not read yet. Requests are small (a shard's ids); the large windows
+/// that let batches flow are the client's ([`crate::STREAM_WINDOW`]).
+pub(crate) const RECEIVE_STREAM_WINDOW: u32 = 1 << 20;
+/// Receive window of a whole connection (all its requests together).
+pub(crate) const RECEIVE_CONNECTION_WINDOW: u32 = 2 << 20;
 
 /// Serves StreamShard itself and checks every unary body before the tonic service `inner`
 /// decodes it.
@@ -82,17 +96,63 @@ fn one_frame(body: &[u8]) -> Result<&[u8], Refusal> {
     Ok(message)
 }
 
-/// The body of a request, read up to `limit` bytes: a larger one is refused before it is
-/// buffered.
+/// The body of a request, read up to `limit` bytes within [`BODY_DEADLINE`]: a larger one is
+/// refused before it is buffered.
 async fn read_body(body: tonic::body::Body, limit: usize) -> Result<bytes::Bytes, Refusal> {
-    use http_body_util::BodyExt;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    let collect = http_body_util::Limited::new(body, limit).collect();
+    match tokio::time::timeout(BODY_DEADLINE, collect).await {
+        Err(_) => Err(Refusal::BodyDeadline {
+            seconds: BODY_DEADLINE.as_secs(),
+        }),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             Err(Refusal::BodyTooLarge { limit })
         }
-        Err(e) => Err(Refusal::Unreadable(e.to_string())),
+        Ok(Err(e)) => Err(Refusal::Unreadable(e.to_string())),
     }
+}
+
+/// A shard request's body, read within [`BODY_DEADLINE`]. Its frame's declared size is
+/// reserved from the server's memory budget before more than its first bytes are kept, so
+/// bodies still arriving count with the batches in flight; the reservation ends with the body.
+async fn shard_body(service: &Service, body: tonic::body::Body) -> Result<bytes::Bytes, Refusal> {
+    let budget = &service.0.budget;
+    let read = async {
+        let mut body = std::pin::pin!(body);
+        let mut bytes = bytes::BytesMut::new();
+        let mut reserved: Option<Reservation> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| Refusal::Unreadable(e.to_string()))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            bytes.extend_from_slice(&data);
+            if bytes.len() > MAX_SHARD_REQUEST + 5 {
+                return Err(Refusal::BodyTooLarge {
+                    limit: MAX_SHARD_REQUEST + 5,
+                });
+            }
+            if reserved.is_none() && bytes.len() >= 5 {
+                let said = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+                if said > MAX_SHARD_REQUEST {
+                    return Err(Refusal::BodyTooLarge {
+                        limit: MAX_SHARD_REQUEST + 5,
+                    });
+                }
+                let reservation = budget.reserve(said as u64 + 5, budget::WAIT).await;
+                reserved = Some(reservation.map_err(|_| Refusal::BodyBudgetBusy {
+                    size: said + 5,
+                    budget_mib: budget.mib(),
+                })?);
+            }
+        }
+        Ok(bytes.freeze())
+    };
+    tokio::time::timeout(BODY_DEADLINE, read)
+        .await
+        .unwrap_or(Err(Refusal::BodyDeadline {
+            seconds: BODY_DEADLINE.as_secs(),
+        }))
 }
 
 /// A unary call's body, checked to be one uncompressed frame of its request message, for the
@@ -151,15 +211,17 @@ where
 }
 
 async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpResponse, Refusal> {
-    let body = read_body(request.into_body(), MAX_SHARD_REQUEST).await?;
+    let body = shard_body(service, request.into_body()).await?;
     let message = one_frame(&body)?;
     let request =
         <ShardRequest as prost::Message>::decode(message).map_err(Refusal::MalformedShard)?;
-    let batches = service.open_shard(request)?;
+    drop(body);
+    let (batches, reservation) = service.open_shard(request).await?;
     let body = BatchBody {
         batches,
         images: None,
         done: false,
+        _reservation: reservation,
     };
     http::Response::builder()
         .header("content-type", "application/grpc")
@@ -173,6 +235,8 @@ struct BatchBody {
     /// The images of the batch whose head went out last.
     images: Option<bytes::Bytes>,
     done: bool,
+    /// The stream's share of the memory budget, given back when the response is dropped.
+    _reservation: Arc<Reservation>,
 }
 
 impl http_body::Body for BatchBody {

@@ -27,3 +27,13 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
+
+/// Give the heap's free memory back to the kernel: the tuning above keeps freed batches in the
+/// heap for speed, so a process whose peak has passed calls this to stop holding it.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the heap; it is safe at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

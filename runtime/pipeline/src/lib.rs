@@ -23,7 +23,7 @@ pub mod rng;
 pub mod source;
 pub mod stage;
 
-pub use alloc::tune_allocator;
+pub use alloc::{release_free_memory, tune_allocator};
 pub use engine::{Engine, available_cores};
 pub use error::PipelineError;
 pub use image::Image;

@@ -33,6 +33,8 @@
 //! trainer at most `max_streams_per_trainer` times that; the HTTP/2 windows only bound what is
 //! in the kernel's buffers and the client's.
 
+pub(crate) mod budget;
+pub(crate) mod connections;
 pub(crate) mod refusal;
 pub(crate) mod service;
 pub(crate) mod shard;
@@ -46,12 +48,14 @@ use std::time::{Duration, Instant};
 use hetgen_pipeline::{Engine, PipelineError};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::MAX_MESSAGE_BYTES;
 use crate::auth::RequireToken;
 use crate::proto::data_service_server::DataServiceServer;
-use crate::transport::ZeroCopyShards;
-use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, STREAM_WINDOW};
+use crate::transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};
+pub use budget::MEMORY_VAR;
+use connections::Connections;
+pub use connections::{IDLE_VAR, MAX_CONNECTIONS_VAR};
 use service::Service;
 use state::Shared;
 pub use trainer_id::LogId;
@@ -139,7 +143,27 @@ pub struct ServerConfig {
     /// The job's trainer hosts. A Shutdown naming one of them stops the server only once all
     /// have finished; empty: every Shutdown stops it at once.
     pub trainer_hosts: Vec<String>,
+    /// Bytes of batches in flight and request bodies arriving, all peers together
+    /// ([`budget`]).
+    pub memory_budget: u64,
+    /// Connections open at once ([`connections`]).
+    pub max_connections: usize,
+    /// A connection from which nothing arrives for this long is closed.
+    pub idle_timeout: Duration,
 }
+
+/// Connections open at once by default: a trainer process holds one per data server, so this
+/// is room for a job of a thousand GPUs, at about 20 KiB of kernel and server memory each.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Idle timeout by default: a trainer heartbeats every second, and the server pings every
+/// [`KEEPALIVE`], so only a peer that says nothing for this long is closed.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+/// HTTP/2 keep-alive: a connection that sent nothing for this long is pinged, and closed if
+/// the ping is not answered within as long again (a trainer host that vanished without a FIN).
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
+/// Requests in flight on one connection beyond a trainer's shard streams: its Heartbeat, Ack,
+/// Handshake and Shutdown.
+const UNARY_PER_CONNECTION: u32 = 4;
 
 /// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
 /// while the trainer acknowledges and re-requests. A server offers this many credits, and the
@@ -167,6 +191,9 @@ impl ServerConfig {
             max_unacked_per_trainer: 4096,
             log_every: Duration::from_secs(10),
             trainer_hosts: Vec::new(),
+            memory_budget: budget::default_bytes(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE,
         }
     }
 }
@@ -218,6 +245,9 @@ pub async fn serve(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         threads = shared.engine.threads(),
         samples_per_epoch = shared.engine.samples_per_epoch(),
+        memory_budget_mib = shared.budget.mib(),
+        max_connections = shared.config.max_connections,
+        idle_timeout_s = shared.config.idle_timeout.as_secs_f64(),
         "data server listening"
     );
 
@@ -227,30 +257,7 @@ pub async fn serve(
         stop.await;
         on_stop.request_stop(StopReason::Stopped);
     });
-    let watchdog = shared.clone();
-    tokio::spawn(async move {
-        let limit = watchdog.config.watchdog;
-        let mut last_log = Instant::now();
-        loop {
-            tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
-            let silent = watchdog.silent_for();
-            if silent > limit {
-                watchdog.request_stop(StopReason::Watchdog(limit));
-                return;
-            }
-            if last_log.elapsed() >= watchdog.config.log_every {
-                last_log = Instant::now();
-                let s = watchdog.stats();
-                tracing::info!(
-                    samples_per_s = format!("{:.1}", s.samples_per_s),
-                    queue_depth = s.queue_depth,
-                    busy_threads = s.busy_threads,
-                    samples_served = s.samples_served,
-                    "data server counters"
-                );
-            }
-        }
-    });
+    tokio::spawn(watchdog(shared.clone()));
 
     let service = DataServiceServer::new(Service(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -263,18 +270,16 @@ pub async fn serve(
         service,
         RequireToken::new(shared.config.token.clone()),
     );
-    // No Nagle: a batch's last partial segment must not wait for the previous one's ACK.
-    let incoming = tokio_stream::StreamExt::map(TcpListenerStream::new(listener), |socket| {
-        if let Ok(socket) = &socket {
-            socket.set_nodelay(true).ok();
-        }
-        socket
-    });
+    let connections = Connections::new(shared.config.max_connections, shared.config.idle_timeout);
+    let incoming = connections::incoming(listener, connections);
+    let per_connection = shared.config.max_streams_per_trainer as u32 + UNARY_PER_CONNECTION;
     let mut stopped = stop_rx.clone();
     let server = tonic::transport::Server::builder()
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_frame_size(MAX_FRAME)
+        .initial_stream_window_size(RECEIVE_STREAM_WINDOW)
+        .initial_connection_window_size(RECEIVE_CONNECTION_WINDOW)
+        .max_concurrent_streams(per_connection)
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(Option::is_some).await;
@@ -292,4 +297,47 @@ pub async fn serve(
     let reason = shared.stop_reason().unwrap_or(StopReason::Stopped);
     tracing::info!(%reason, "data server stopped");
     Ok(reason)
+}
+
+/// Memory the budget must have had in use, above what it has now, before the heap's free pages
+/// are handed back: trimming costs a walk of the heap, worth it only after a real peak.
+const RELEASE_AFTER: u64 = 64 << 20;
+
+/// Every 200 ms: stop the server when no trainer has been heard from for the watchdog's time,
+/// log the counters every `log_every`, and give memory back once a peak has passed (the
+/// allocator keeps freed batches for speed, [`hetgen_pipeline::tune_allocator`]).
+async fn watchdog(shared: Arc<Shared>) {
+    let limit = shared.config.watchdog;
+    let mut last_log = Instant::now();
+    let mut peak = 0u64;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
+        if shared.silent_for() > limit {
+            shared.request_stop(StopReason::Watchdog(limit));
+            return;
+        }
+        let in_use = shared.budget.in_use();
+        peak = peak.max(in_use);
+        if peak - in_use >= RELEASE_AFTER && in_use <= peak / 2 {
+            hetgen_pipeline::release_free_memory();
+            tracing::debug!(
+                peak_mib = peak >> 20,
+                in_use_mib = in_use >> 20,
+                "returned free memory after a peak"
+            );
+            peak = in_use;
+        }
+        if last_log.elapsed() >= shared.config.log_every {
+            last_log = Instant::now();
+            let s = shared.stats();
+            tracing::info!(
+                samples_per_s = format!("{:.1}", s.samples_per_s),
+                queue_depth = s.queue_depth,
+                busy_threads = s.busy_threads,
+                samples_served = s.samples_served,
+                budget_in_use_mib = in_use >> 20,
+                "data server counters"
+            );
+        }
+    }
 }

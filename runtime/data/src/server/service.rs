@@ -8,6 +8,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::StopReason;
+use super::budget::Reservation;
 use super::shard::{self, BatchOrError};
 use super::state::Shared;
 use super::trainer_id::{LogId, check_trainer_id};
@@ -23,24 +24,29 @@ use crate::server::refusal::Refusal;
 pub(crate) struct Service(pub(crate) Arc<Shared>);
 
 impl Service {
-    /// Check a shard request and start preprocessing it; its batches arrive on the receiver.
-    pub(crate) fn open_shard(
+    /// Check a shard request, reserve what its stream may hold, and start preprocessing it;
+    /// its batches arrive on the receiver. The reservation is held by the preprocessing and by
+    /// the returned handle: it is given back when both are done (the response's last batch
+    /// written, or the stream dropped).
+    pub(crate) async fn open_shard(
         &self,
         request: ShardRequest,
-    ) -> Result<mpsc::Receiver<BatchOrError>, Refusal> {
+    ) -> Result<(mpsc::Receiver<BatchOrError>, Arc<Reservation>), Refusal> {
         let shared = self.0.clone();
         shard::validate(&shared, &request)?;
         if shared.stopping() {
             return Err(Refusal::ShuttingDown);
         }
+        let reservation = Arc::new(shared.reserve_stream(request.batch_size).await?);
         let open = shared.admit(&request)?;
         shared.touch();
         let (tx, rx) = mpsc::channel(2);
+        let held = reservation.clone();
         tokio::task::spawn_blocking(move || {
             shard::run(&shared, request, tx);
-            drop(open);
+            drop((open, held));
         });
-        Ok(rx)
+        Ok((rx, reservation))
     }
 }
 
@@ -91,7 +97,8 @@ impl DataService for Service {
         &self,
         request: Request<ShardRequest>,
     ) -> Result<Response<BatchStream>, Status> {
-        let batches = self.open_shard(request.into_inner())?;
+        // The preprocessing holds the reservation until its last batch is queued.
+        let (batches, _reservation) = self.open_shard(request.into_inner()).await?;
         Ok(Response::new(ReceiverStream::new(batches)))
     }
 

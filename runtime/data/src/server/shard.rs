@@ -37,6 +37,9 @@ pub(crate) fn validate(shared: &Shared, request: &ShardRequest) -> Result<(), Re
             bytes,
         });
     }
+    if shared.stream_bytes(request.batch_size) > shared.budget.bytes() {
+        return Err(shared.batch_over_budget(request.batch_size));
+    }
     let samples = shared.engine.samples_per_epoch();
     if let Some(bad) = request.sample_ids.iter().find(|id| **id >= samples) {
         return Err(Refusal::UnknownSample { bad: *bad, samples });

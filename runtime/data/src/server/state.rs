@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
+use super::budget::{self, Budget, Reservation, Short};
 use super::refusal::Refusal;
 use super::trainer_id::LogId;
 use super::{Batches, MAX_TRAINERS, ServerConfig, StopReason};
@@ -37,6 +38,8 @@ pub(crate) struct Shared {
     rate: Mutex<(Instant, u64)>,
     /// Bytes of one sample's image.
     pub(crate) sample_bytes: usize,
+    /// Bytes in flight, all peers together.
+    pub(crate) budget: Budget,
 }
 
 /// One budget per kind of line a peer can cause ([`crate::throttle`]).
@@ -102,7 +105,6 @@ impl Shared {
         let [h, w, c] = engine.output_shape();
         Shared {
             engine,
-            config,
             last_contact: Mutex::new(Instant::now()),
             stopping: AtomicBool::new(false),
             stop,
@@ -113,6 +115,8 @@ impl Shared {
             logs: Logs::default(),
             rate: Mutex::new((Instant::now(), 0)),
             sample_bytes: (h * w * c) as usize,
+            budget: Budget::new(config.memory_budget),
+            config,
         }
     }
 
@@ -190,6 +194,42 @@ impl Shared {
             queue_depth: self.queued.load(Ordering::Relaxed),
             busy_threads: self.engine.busy_threads() as u32,
             samples_served: served,
+        }
+    }
+
+    /// The most a shard stream of `batch_size` holds at once: [`budget::BATCHES_PER_STREAM`]
+    /// batches of images, sample ids and labels.
+    pub(crate) fn stream_bytes(&self, batch_size: u32) -> u64 {
+        budget::BATCHES_PER_STREAM * batch_size as u64 * (self.sample_bytes as u64 + 16)
+    }
+
+    /// Reserve what a stream of `batch_size` may hold from the server-wide budget, waiting up
+    /// to [`budget::WAIT`] for other streams to end.
+    pub(crate) async fn reserve_stream(&self, batch_size: u32) -> Result<Reservation, Refusal> {
+        let bytes = self.stream_bytes(batch_size);
+        self.budget
+            .reserve(bytes, budget::WAIT)
+            .await
+            .map_err(|short| match short {
+                Short::Never => self.batch_over_budget(batch_size),
+                Short::Busy => Refusal::BudgetBusy {
+                    needed_mib: bytes.div_ceil(1 << 20),
+                    budget_mib: self.budget.mib(),
+                    waited_s: budget::WAIT.as_secs(),
+                    var: budget::MEMORY_VAR,
+                },
+            })
+    }
+
+    /// The refusal of a batch no stream could hold within the whole budget.
+    pub(crate) fn batch_over_budget(&self, batch_size: u32) -> Refusal {
+        let per_sample = budget::BATCHES_PER_STREAM * (self.sample_bytes as u64 + 16);
+        Refusal::BatchOverBudget {
+            batch_size,
+            bytes: self.sample_bytes.saturating_mul(batch_size as usize),
+            max_batch: self.budget.bytes() / per_sample,
+            budget_mib: self.budget.mib(),
+            var: budget::MEMORY_VAR,
         }
     }
 

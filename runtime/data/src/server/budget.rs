@@ -1,0 +1,151 @@
+//! The server's memory budget: every byte a peer can make it hold (batches built and not yet
+//! sent, shard request bodies still arriving) is reserved from one server-wide budget, shared
+//! by all trainers and all connections, so the sum is bounded whatever the ids, streams and
+//! connections a client uses.
+//!
+//! A shard stream reserves its worst case when it opens (4 batches: the two queued in its
+//! channel, the one the engine made and is waiting to queue, the one being written) and gives
+//! it back when its response ends or is dropped. A shard request reserves its declared size
+//! before its body is read. A reservation that does not fit waits up to [`WAIT`] for others to
+//! end, then is refused with `RESOURCE_EXHAUSTED`; a batch too large for the whole budget is
+//! refused at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Sets the budget in MiB (default: half the host's memory).
+pub const MEMORY_VAR: &str = "HETGEN_DATA_MEMORY_MIB";
+
+/// How long a reservation waits for the budget before it is refused: longer than a shard of
+/// a healthy stream takes to drain, shorter than a client's patience with a silent server.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+
+/// Bytes a shard stream holds at most per byte of one of its batches.
+pub(crate) const BATCHES_PER_STREAM: u64 = 4;
+
+/// Budget without a readable `/proc/meminfo`.
+const FALLBACK: u64 = 4 << 30;
+
+/// Reservations count KiB: a semaphore's permits are counted in `u32` per acquisition.
+const UNIT: u64 = 1024;
+
+/// The budget: `bytes` in all, shared.
+#[derive(Clone)]
+pub(crate) struct Budget {
+    permits: Arc<Semaphore>,
+    bytes: u64,
+}
+
+/// Bytes reserved; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// What a reservation that could not be made ran into.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Short {
+    /// Larger than the whole budget: it can never fit.
+    Never,
+    /// Did not fit within [`WAIT`].
+    Busy,
+}
+
+impl Budget {
+    pub(crate) fn new(bytes: u64) -> Self {
+        let units = (bytes / UNIT).min(Semaphore::MAX_PERMITS as u64);
+        Budget {
+            permits: Arc::new(Semaphore::new(units as usize)),
+            bytes: units * UNIT,
+        }
+    }
+
+    /// The whole budget, in bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The whole budget in MiB, as messages show it.
+    pub(crate) fn mib(&self) -> u64 {
+        self.bytes >> 20
+    }
+
+    /// Bytes reserved now.
+    pub(crate) fn in_use(&self) -> u64 {
+        self.bytes - self.permits.available_permits() as u64 * UNIT
+    }
+
+    /// Reserve `bytes`, waiting up to `wait` for other reservations to end.
+    pub(crate) async fn reserve(&self, bytes: u64, wait: Duration) -> Result<Reservation, Short> {
+        let units = bytes.div_ceil(UNIT);
+        if units * UNIT > self.bytes {
+            return Err(Short::Never);
+        }
+        // Fits in u32: the budget's units do, and `units` is no more than them.
+        let units = u32::try_from(units).map_err(|_| Short::Never)?;
+        let permits = self.permits.clone().acquire_many_owned(units);
+        match tokio::time::timeout(wait, permits).await {
+            Ok(Ok(permit)) => Ok(Reservation { _permit: permit }),
+            // The semaphore is never closed; a closed one can grant nothing.
+            Ok(Err(_)) | Err(_) => Err(Short::Busy),
+        }
+    }
+}
+
+/// Half of the host's memory: the data role runs the pipeline and little else, and its
+/// threads' working sets are small beside the batches they queue.
+pub(crate) fn default_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024 / 2)
+        })
+        .unwrap_or(FALLBACK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reservations_share_one_budget_and_come_back_when_dropped() {
+        let budget = Budget::new(10 << 20);
+        let a = budget.reserve(6 << 20, WAIT).await.unwrap();
+        assert_eq!(budget.in_use(), 6 << 20);
+        let wait = Duration::from_millis(50);
+        assert_eq!(
+            budget.reserve(6 << 20, wait).await.unwrap_err(),
+            Short::Busy
+        );
+        assert_eq!(
+            budget.reserve(11 << 20, wait).await.unwrap_err(),
+            Short::Never
+        );
+        drop(a);
+        assert_eq!(budget.in_use(), 0);
+        let _b = budget.reserve(6 << 20, wait).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reservation_gets_what_another_gives_back() {
+        let budget = Budget::new(1 << 20);
+        let a = budget.reserve(1 << 20, WAIT).await.unwrap();
+        let waiter = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.reserve(512 << 10, WAIT).await.is_ok() }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(a);
+        assert!(waiter.await.unwrap());
+    }
+
+    #[test]
+    fn the_default_is_half_the_hosts_memory() {
+        let bytes = default_bytes();
+        assert!(bytes >= 64 << 20, "{bytes}");
+    }
+}
