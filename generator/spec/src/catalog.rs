@@ -52,6 +52,37 @@ pub struct InstanceType {
     /// Where this entry's price came from, when not the catalog's default source.
     #[serde(default)]
     pub price_source: Option<String>,
+    /// When this entry's price was recorded (`YYYY-MM`), when not the catalog's default date.
+    #[serde(default)]
+    pub price_recorded: Option<String>,
+}
+
+impl InstanceType {
+    /// The family: `g5` for `ml.g5.16xlarge`, `p6-b200` for `ml.p6-b200.48xlarge`.
+    pub fn family(&self) -> &str {
+        family(&self.name)
+    }
+}
+
+/// The family of an instance type name: what lies between `ml.` and the size.
+pub fn family(name: &str) -> &str {
+    let name = name.strip_prefix("ml.").unwrap_or(name);
+    name.rsplit_once('.').map_or(name, |(family, _)| family)
+}
+
+/// Whether `name` is an AWS Trainium type (`trn1`, `trn1n`, `trn2`): its accelerators are
+/// Neuron devices, not GPUs.
+pub fn is_neuron(name: &str) -> bool {
+    family(name).starts_with("trn")
+}
+
+/// Where one price came from and when.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance<'a> {
+    /// The source, a URL with a few words.
+    pub source: &'a str,
+    /// `YYYY-MM` (or a date).
+    pub recorded: &'a str,
 }
 
 /// The set of instance types hetgen knows.
@@ -74,6 +105,22 @@ impl Catalog {
     /// The entry for `name`.
     pub fn get(&self, name: &str) -> Option<&InstanceType> {
         self.instances.iter().find(|i| i.name == name)
+    }
+
+    /// Where the price of `instance` came from: its own source and date, else the catalog's.
+    /// `None` when it has no price.
+    pub fn provenance<'a>(&'a self, instance: &'a InstanceType) -> Option<Provenance<'a>> {
+        instance.price_per_hour?;
+        Some(Provenance {
+            source: instance
+                .price_source
+                .as_deref()
+                .unwrap_or(&self.prices.source),
+            recorded: instance
+                .price_recorded
+                .as_deref()
+                .unwrap_or(&self.prices.recorded),
+        })
     }
 
     /// Every type name, in catalog order.
@@ -121,5 +168,57 @@ mod tests {
         let c5 = c.get("ml.c5.18xlarge").unwrap();
         assert_eq!((c5.vcpus, c5.gpus, c5.price_per_hour), (72, 0, Some(3.672)));
         assert_eq!(c.get("ml.g5.48xlarge").unwrap().vcpus, 192);
+        for (name, vcpus, gpus) in [
+            ("ml.g5.8xlarge", 32, 1),
+            ("ml.g5.16xlarge", 64, 1),
+            ("ml.g5.12xlarge", 48, 4),
+            ("ml.g5.24xlarge", 96, 4),
+            ("ml.p3.2xlarge", 8, 1),
+        ] {
+            let i = c.get(name).unwrap();
+            assert_eq!((i.vcpus, i.gpus), (vcpus, gpus), "{name}");
+        }
+    }
+
+    /// Every price says where it came from and when, as a URL and a `YYYY-MM` month.
+    #[test]
+    fn every_price_has_a_source_and_a_date() {
+        let c = Catalog::builtin();
+        for i in &c.instances {
+            assert_eq!(
+                i.price_per_hour.is_some(),
+                c.provenance(i).is_some(),
+                "{}",
+                i.name
+            );
+            assert!(
+                i.price_per_hour.is_some()
+                    || (i.price_source.is_none() && i.price_recorded.is_none()),
+                "{}: a source without a price",
+                i.name
+            );
+            if let Some(p) = c.provenance(i) {
+                assert!(p.source.starts_with("https://"), "{}: {}", i.name, p.source);
+                let month = p.recorded.as_bytes();
+                assert!(
+                    month.len() == 7
+                        && month[4] == b'-'
+                        && month
+                            .iter()
+                            .enumerate()
+                            .all(|(n, b)| n == 4 || b.is_ascii_digit()),
+                    "{}: {}",
+                    i.name,
+                    p.recorded
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn families_are_what_lies_between_ml_and_the_size() {
+        assert_eq!(family("ml.g5.16xlarge"), "g5");
+        assert_eq!(family("ml.p6-b200.48xlarge"), "p6-b200");
+        assert_eq!(family("ml.c7i-flex.large"), "c7i-flex");
     }
 }

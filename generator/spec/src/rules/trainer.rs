@@ -180,6 +180,21 @@ fn script(
         )
         .map(|n| n as u32),
         ProcessesPerHost::Gpus(PerGpu::Gpu) => match trainer.map(|g| (g, g.gpus)) {
+            // Trainium's accelerators are counted as chips; a Neuron job runs one process per
+            // NeuronCore, which hetgen does not count, so it asks rather than guess.
+            Some((g, Some(_))) if crate::catalog::is_neuron(&g.instance_type) => {
+                ctx.warn(
+                    "hetgen::spec::processes-per-host",
+                    &path!["trainer", "script"],
+                    format!(
+                        "`{}` runs one process per NeuronCore, which hetgen does not count; one process per host",
+                        g.instance_type
+                    ),
+                    "one process per trainer host",
+                    "set `processes_per_host` to the number of NeuronCores of the instance type",
+                );
+                Some(1)
+            }
             Some((g, None)) => {
                 ctx.warn(
                     "hetgen::spec::processes-per-host",
