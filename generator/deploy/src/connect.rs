@@ -7,6 +7,9 @@ use aws_sdk_sagemaker::config::ProvideCredentials;
 
 use crate::DeployError;
 
+/// A region where the AWS Price List API has an endpoint.
+const PRICE_LIST_REGION: &str = "us-east-1";
+
 /// Where and as whom to connect. Unset fields fall back to the standard AWS environment
 /// (`AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL`, the config and credentials files, …).
 #[derive(Debug, Clone, Default)]
@@ -54,6 +57,26 @@ impl Aws {
     /// CloudWatch Logs.
     pub fn logs(&self) -> aws_sdk_cloudwatchlogs::Client {
         aws_sdk_cloudwatchlogs::Client::new(&self.config)
+    }
+
+    /// The AWS Price List API. It answers in a few regions only, whatever region a job runs in
+    /// (prices are filtered by region instead): its client talks to us-east-1's endpoint unless
+    /// an endpoint of one's own is set.
+    pub fn pricing(&self) -> aws_sdk_pricing::Client {
+        let mut pricing = aws_sdk_pricing::config::Builder::from(&self.config);
+        if self.config.endpoint_url().is_none() {
+            pricing = pricing.region(Region::new(PRICE_LIST_REGION));
+        }
+        aws_sdk_pricing::Client::from_conf(pricing.build())
+    }
+
+    /// The region resolved for this configuration: `--region`, else the spec's, else the
+    /// environment's.
+    pub fn region(&self) -> &str {
+        self.config
+            .region()
+            .map(|r| r.as_ref())
+            .expect("connect refuses a configuration without a region")
     }
 }
 

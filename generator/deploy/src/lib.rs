@@ -1,6 +1,6 @@
 //! # hetgen-deploy
 //!
-//! Talks to Amazon SageMaker: submits the rendered `create-training-job.json`, describes,
+//! Talks to Amazon SageMaker (and the AWS Price List API for its prices): submits the rendered `create-training-job.json`, describes,
 //! stops and lists jobs, and follows a job and its logs to its end. The only crate that builds the AWS SDK.
 //!
 //! - [`Aws`]: clients from the default credential chain, a profile, a region and an optional
@@ -9,12 +9,14 @@
 //! - [`jobs`]: submit, describe, stop, list.
 //! - [`upload`]: a job's source bundle to S3 (jobs on AWS's PyTorch image).
 //! - [`logs`]: a job's CloudWatch logs, every host's stream, followed exactly once.
+//! - [`pricing`]: current on-demand training prices from the AWS Price List API, and their cache.
 //! - [`DeployError`]: what went wrong, in words a user can act on.
 
 mod connect;
 mod error;
 pub mod jobs;
 pub mod logs;
+pub mod pricing;
 pub mod request;
 mod suffix;
 mod token;
