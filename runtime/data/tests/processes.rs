@@ -79,6 +79,11 @@ impl Cluster {
     }
 
     fn start(&self, host: &str, extra: &[(&str, &str)]) -> Child {
+        self.command(host, extra).spawn().unwrap()
+    }
+
+    /// The server of `host`, not started yet.
+    fn command(&self, host: &str, extra: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hetgen-data-server"));
         command
             .env("SAGEMAKER_BASE_DIR", self.dir.path().join(host))
@@ -92,7 +97,17 @@ impl Cluster {
         for (k, v) in extra {
             command.env(k, v);
         }
-        command.spawn().unwrap()
+        command
+    }
+
+    /// The address `host` listens on, from the hosts file.
+    fn address(&self, host: &str) -> std::net::SocketAddr {
+        let hosts = std::fs::read_to_string(self.dir.path().join("hosts.txt")).unwrap();
+        let ip = hosts
+            .lines()
+            .find_map(|l| l.strip_suffix(&format!(" {host}")))
+            .unwrap();
+        std::net::SocketAddr::new(ip.parse().unwrap(), self.port)
     }
 
     fn hosts(&self, names: &[&str]) -> Vec<(String, u16)> {
@@ -360,4 +375,143 @@ fn a_client_calling_in_a_loop_costs_the_log_a_few_lines_a_second() {
         })
         .sum();
     assert_eq!(connected as u64 + told, 201, "{stderr}");
+}
+
+/// A TCP connection to `address` once it listens.
+fn when_listening(address: std::net::SocketAddr) -> std::net::TcpStream {
+    let started = Instant::now();
+    loop {
+        match std::net::TcpStream::connect(address) {
+            Ok(socket) => return socket,
+            Err(e) if started.elapsed() > Duration::from_secs(10) => panic!("{address}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Whether the server still holds `socket` open: reading finds no end (what the server sent,
+/// its HTTP/2 settings, is read and dropped).
+fn held_open(socket: &std::net::TcpStream) -> bool {
+    use std::io::Read;
+    socket.set_nonblocking(true).unwrap();
+    let mut buffer = [0u8; 256];
+    loop {
+        match (&*socket).read(&mut buffer) {
+            Ok(0) => return false,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn held(flood: &[std::net::TcpStream]) -> usize {
+    flood.iter().filter(|s| held_open(s)).count()
+}
+
+/// A trainer streams one whole epoch from `host`: every sample once.
+fn one_epoch(client: &Client, job: &Job) {
+    let mut stream = client.stream(input(job, client, 1, false), None);
+    let batches: Vec<_> = std::iter::from_fn(|| stream.next_batch())
+        .map(Result::unwrap)
+        .collect();
+    assert_exactly_once(&batches, 1, 600);
+}
+
+#[test]
+fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed_when_idle() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start(
+        "algo-1",
+        &[
+            ("HETGEN_DATA_MAX_CONNECTIONS", "8"),
+            ("HETGEN_DATA_IDLE_S", "6"),
+        ],
+    )]);
+    let address = cluster.address("algo-1");
+    let mut flood = vec![when_listening(address)];
+    let flooded = Instant::now();
+    flood.extend((0..29).map(|_| std::net::TcpStream::connect(address).unwrap()));
+    std::thread::sleep(Duration::from_millis(500));
+    let open = held(&flood);
+    assert!(
+        (1..=8).contains(&open),
+        "{open} of 30 connections held, with a cap of 8"
+    );
+    // Quiet for longer than a trainer's heartbeat, the quietest makes room for a trainer.
+    std::thread::sleep(Duration::from_secs(3));
+    let job = job();
+    let client = cluster.connect(&job, &["algo-1"]);
+    assert!(
+        flooded.elapsed() < Duration::from_secs(6),
+        "not the idle timeout's doing"
+    );
+    assert!(held(&flood) < open, "no quiet connection gave way");
+    one_epoch(&client, &job);
+    // Quiet for the idle timeout, every one of them is closed; the trainer, heartbeating on
+    // its connection, still streams.
+    std::thread::sleep(Duration::from_secs(7).saturating_sub(flooded.elapsed()));
+    assert_eq!(held(&flood), 0);
+    one_epoch(&client, &job);
+    client.shutdown("done");
+    let (status, stderr) =
+        exited_within(&mut children.0[0], Duration::from_secs(5)).expect("stops on Shutdown");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("closed the quietest"), "{stderr}");
+}
+
+/// CPU seconds `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (which may hold spaces) end in `)`.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf reads a constant of the system.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
+    use std::os::unix::process::CommandExt;
+    let cluster = Cluster::new(1);
+    let mut command = cluster.command("algo-1", &[]);
+    // SAFETY: only setrlimit runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 40,
+                rlim_max: 40,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+    };
+    let mut children = Reaper(vec![command.spawn().unwrap()]);
+    let address = cluster.address("algo-1");
+    let mut flood = vec![when_listening(address)];
+    // Past the 40 descriptors: the rest wait in the listen backlog.
+    flood.extend((0..80).map(|_| std::net::TcpStream::connect(address).unwrap()));
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = children.0[0].id();
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_seconds(pid) - before;
+    // Spinning on EMFILE took a whole core (about 2 s here).
+    assert!(spent < 0.6, "{spent:.2} s of CPU in 2 s out of descriptors");
+    let job = job();
+    let client = cluster.connect(&job, &["algo-1"]);
+    one_epoch(&client, &job);
+    client.shutdown("done");
+    let (status, stderr) =
+        exited_within(&mut children.0[0], Duration::from_secs(5)).expect("stops on Shutdown");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("backing off"), "{stderr}");
+    drop(flood);
 }

@@ -749,3 +749,171 @@ fn a_full_trainer_table_locks_no_trainer_out() {
     assert_eq!(ack(0).unwrap_err().code(), Code::NotFound);
     ack(hetgen_data::server::MAX_TRAINERS + 9).unwrap();
 }
+
+/// A client that reads no more than 4 KiB of a stream ahead of its caller, so a stream it
+/// does not read stalls on the server as soon as that is sent (with the default 2 MiB
+/// windows a test shard would be sent whole).
+fn stalling_client(
+    server: &TestServer,
+) -> (
+    tokio::runtime::Runtime,
+    DataServiceClient<tonic::codegen::InterceptedService<tonic::transport::Channel, AttachToken>>,
+) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let channel = runtime
+        .block_on(
+            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
+                .unwrap()
+                .initial_stream_window_size(4096)
+                .connect(),
+        )
+        .unwrap();
+    (
+        runtime,
+        DataServiceClient::with_interceptor(channel, AttachToken::new(TOKEN).unwrap()),
+    )
+}
+
+/// A shard stream of `trainer` whose every batch has `batch_size` samples.
+fn shard_of(trainer: &str, shard: u32, batch_size: u32) -> ShardRequest {
+    ShardRequest {
+        batch_size,
+        ..long_shard(trainer, shard)
+    }
+}
+
+#[test]
+fn a_batch_no_stream_could_hold_within_the_memory_budget_is_refused_naming_the_limit() {
+    let job = job();
+    // 8×8×3 images: a stream of 16-sample batches may hold 4 × 16 × (192 + 16) = 13 KiB.
+    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 64 << 10);
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    let refused = rt
+        .block_on(client.stream_shard(shard_of("t", 0, 128)))
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    for named in [
+        "memory budget",
+        "HETGEN_DATA_MEMORY_MIB",
+        "at most 78 samples",
+    ] {
+        assert!(refused.message().contains(named), "{named}: {refused:?}");
+    }
+    let mut fits = rt
+        .block_on(client.stream_shard(shard_of("t", 0, 16)))
+        .unwrap()
+        .into_inner();
+    assert!(rt.block_on(fits.message()).unwrap().is_some());
+}
+
+#[test]
+fn streams_over_the_memory_budget_wait_for_others_to_end_whatever_their_trainer_ids() {
+    let job = job();
+    // Room for exactly one stream of 16-sample batches (13 KiB) at a time.
+    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 20 << 10);
+    let (rt, mut client) = stalling_client(&server);
+    let stalled = rt
+        .block_on(client.stream_shard(shard_of("a", 0, 16)))
+        .unwrap()
+        .into_inner();
+    // Another id is no way around the budget: its stream waits, holding nothing.
+    let mut other = client.clone();
+    let waiting = rt.spawn(async move { other.stream_shard(shard_of("b", 1, 16)).await });
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !waiting.is_finished(),
+        "a second stream opened over the budget"
+    );
+    drop(stalled);
+    let mut served = rt.block_on(waiting).unwrap().unwrap().into_inner();
+    let mut batches = 0;
+    while rt.block_on(served.message()).unwrap().is_some() {
+        batches += 1;
+    }
+    assert_eq!(batches, 600 / 16 + 1);
+}
+
+#[test]
+fn one_connection_holds_a_trainers_streams_and_a_few_calls_whatever_the_ids() {
+    let job = job();
+    // 3 streams per trainer + 4 unary calls: 7 requests at once per connection.
+    let server = TestServer::start(&job, "algo-1", |c| c.max_streams_per_trainer = 3);
+    let (rt, client) = stalling_client(&server);
+    let open_one = |n: u32| {
+        let mut client = client.clone();
+        rt.spawn(async move {
+            client
+                .stream_shard(long_shard(&format!("id-{n}"), n))
+                .await
+                .map(|r| r.into_inner())
+        })
+    };
+    // Each stream under its own id: the per-trainer limit never applies.
+    let held: Vec<_> = (0..7)
+        .map(|n| rt.block_on(open_one(n)).unwrap().unwrap())
+        .collect();
+    let queued = open_one(7);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !queued.is_finished(),
+        "an 8th request ran on one connection"
+    );
+    drop(held);
+    let mut stream = rt.block_on(queued).unwrap().unwrap();
+    assert!(rt.block_on(stream.message()).unwrap().is_some());
+}
+
+#[test]
+fn a_request_body_that_stops_arriving_is_cut_off_at_the_deadline() {
+    use http_body_util::BodyExt;
+    use tonic::codegen::Service;
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |_| {});
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = runtime.block_on(async {
+        let mut channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        // A frame that says 1000 bytes, 10 of them sent, and then nothing (never the end).
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>(1);
+        let mut first = vec![0u8];
+        first.extend(1000u32.to_be_bytes());
+        first.extend([0u8; 10]);
+        tx.send(Ok(http_body::Frame::data(first.into())))
+            .await
+            .unwrap();
+        let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let request = tonic::codegen::http::Request::builder()
+            .method("POST")
+            .uri(format!(
+                "http://{}/hetgen.data.v1.DataService/StreamShard",
+                server.address
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(tonic::body::Body::new(body))
+            .unwrap();
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(30), channel.call(request))
+            .await
+            .expect("the server answers within its body deadline")
+            .unwrap();
+        drop(tx);
+        match tonic::Status::from_header_map(response.headers()) {
+            Some(status) => status,
+            None => {
+                let collected = response.into_body().collect().await.unwrap();
+                tonic::Status::from_header_map(collected.trailers().unwrap()).unwrap()
+            }
+        }
+    });
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("did not arrive"), "{status:?}");
+}
