@@ -303,12 +303,47 @@ pub struct PlanArgs {
     /// A profile written by `hetgen profile --gpu-samples-per-s`, for the vCPUs per GPU
     #[arg(long)]
     pub profile: Option<PathBuf>,
-    /// How many data-group options to show
+    /// How many data groups to try beside the trainer as written (one, the cheapest, beside
+    /// each bigger trainer type)
     #[arg(long, value_name = "N", default_value = "5", value_parser = value::whole::<usize>(0, 100))]
     pub options: usize,
+    /// Where prices come from: hetgen's committed catalog, or the AWS Price List API (needs
+    /// AWS credentials; read at most once a day per region, then cached)
+    #[arg(long, value_enum, default_value_t = Prices::Catalog)]
+    pub prices: Prices,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
+    /// With `--prices aws`: a named profile from the AWS config files (`--profile` names a
+    /// `hetgen profile` file here)
+    #[arg(long)]
+    pub aws_profile: Option<String>,
+    /// With `--prices aws`: the region to price (default: the spec's `[sagemaker] region`, else
+    /// `AWS_REGION`, else the catalog's)
+    #[arg(long)]
+    pub region: Option<String>,
+    /// With `--prices aws`: send Price List requests here instead of AWS's endpoint
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+}
+
+impl PlanArgs {
+    pub fn connection(&self) -> hetgen_deploy::Connection {
+        hetgen_deploy::Connection {
+            profile: self.aws_profile.clone(),
+            region: self.region.clone(),
+            endpoint_url: self.endpoint_url.clone(),
+        }
+    }
+}
+
+/// Where `hetgen plan` takes prices from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Prices {
+    /// hetgen's catalog as committed: each price with its source and month
+    Catalog,
+    /// Current on-demand prices from the AWS Price List API, for the spec's region
+    Aws,
 }
 
 #[derive(Debug, Args)]

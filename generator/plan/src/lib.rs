@@ -1,10 +1,12 @@
 //! # hetgen-plan
 //!
-//! The arithmetic behind "how many CPU instances should I add?" and "what did they buy?".
+//! The arithmetic behind "how do I keep my GPUs busy?" and "what did the change buy?".
 //!
 //! - [`plan`]: per group and in total, vCPUs, GPUs, $/h and the vCPU:GPU ratio; given the vCPUs
-//!   the pipeline needs per GPU, the cluster's GPU utilisation cap and the cheapest data groups
-//!   from the catalog that lift it to 100%.
+//!   the pipeline needs per GPU, the cluster's GPU utilisation cap and every way to lift it,
+//!   ranked by $ per busy GPU-hour ([`Choice`], [`Decision`]).
+//! - [`Prices`]: the on-demand prices a plan uses, from hetgen's catalog or the AWS Price List,
+//!   each with where it came from and when.
 //! - [`compare`]: two clusters' cost per step from measured step times.
 //!
 //! The model: a GPU is busy at most `available vCPUs / needed vCPUs` of the time, where
@@ -14,6 +16,18 @@
 //! the hybrid input). An 8-GPU, 96-vCPU host that keeps none and whose pipeline needs 20 vCPUs
 //! per GPU is capped at 96 / 160 = 60%. Per side ([`SidePlan`]) the plan counts those vCPUs and,
 //! given a measured rate per vCPU (`hetgen profile`), predicts the samples/s each side makes.
+//!
+//! The ways to lift a cap follow the decision AWS's guidance on heterogeneous clusters asks for:
+//! first a bigger type with the same GPUs and more vCPUs per GPU (`ml.g5.8xlarge` →
+//! `ml.g5.16xlarge`), which needs nothing else to run; where none exists (`ml.p4d.24xlarge`,
+//! `ml.p3.2xlarge`), CPU data groups. Every option is counted with the same
+//! [`Job::trainer_threads`] rule, so hybrid input is counted as the runtime runs it.
+
+mod options;
+mod prices;
+
+pub use options::{AddedData, Change, Choice, ChoiceGroup, Decision, Swap, SwapKind};
+pub use prices::{Price, PriceSource, Prices};
 
 use hetgen_spec::model::Role;
 use hetgen_spec::{Catalog, Job};
@@ -32,11 +46,15 @@ pub enum PlanError {
         group: String,
         instance_type: String,
     },
-    /// An instance type without known vCPUs or GPUs.
-    #[error("hetgen's catalog does not know `{instance_type}` (group `{group}`)")]
+    /// An instance type without known vCPUs or GPUs, where sizing needs them.
+    #[error(
+        "hetgen's catalog does not know `{instance_type}` (group `{group}`), so it cannot size the cluster"
+    )]
     #[diagnostic(
         code("hetgen::plan::unknown-type"),
-        help("sizing needs the type's vCPUs and GPUs; use a type from the catalog")
+        help(
+            "sizing needs the type's vCPUs and GPUs; use a type from the catalog, or run `hetgen plan` without `--cpu-per-gpu`/`--profile` for the groups and prices alone"
+        )
     )]
     UnknownType {
         group: String,
@@ -92,8 +110,10 @@ pub struct GroupPlan {
     pub role: Role,
     pub instance_type: String,
     pub count: u32,
-    pub vcpus: u32,
-    pub gpus: u32,
+    /// All instances of the group; `None` when hetgen's catalog does not know the type.
+    pub vcpus: Option<u32>,
+    /// All instances of the group; `None` when hetgen's catalog does not know the type.
+    pub gpus: Option<u32>,
     /// For all instances of the group; `None` when the price is unknown.
     pub price_per_hour: Option<f64>,
 }
@@ -118,16 +138,27 @@ pub struct Plan {
     pub groups: Vec<GroupPlan>,
     /// The pipeline's vCPUs per side, trainer first.
     pub sides: Vec<SidePlan>,
+    /// vCPUs of the groups whose type hetgen knows.
     pub vcpus: u32,
+    /// GPUs of the groups whose type hetgen knows.
     pub gpus: u32,
+    /// The cluster's $/h; `None` when a group has no known price (see `unpriced`).
     pub price_per_hour: Option<f64>,
+    /// Groups whose type has no known price: reported, never summed.
+    pub unpriced: Vec<String>,
+    /// Groups whose type hetgen's catalog does not know (`allow_unknown_instance_type`).
+    pub unknown: Vec<String>,
+    /// Where the prices came from.
+    pub prices: PriceSource,
+    /// When the prices this plan uses were recorded, oldest first.
+    pub price_dates: Vec<String>,
     /// All vCPUs per GPU; `None` without GPUs.
     pub vcpu_per_gpu: Option<f64>,
     /// Present with `cpu_per_gpu`.
     pub demand: Option<Demand>,
 }
 
-/// What the pipeline needs against what the cluster has.
+/// What the pipeline needs against what the cluster has, and the ways to close the gap.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Demand {
     pub cpu_per_gpu: f64,
@@ -137,29 +168,24 @@ pub struct Demand {
     pub gpu_cap: f64,
     /// $/h per fully busy GPU-hour (`price / (GPUs × cap)`).
     pub cost_per_busy_gpu_hour: Option<f64>,
-    /// The cheapest ways to add data instances to the trainer alone so the cap reaches 100%,
-    /// cheapest first.
-    pub options: Vec<DataOption>,
+    /// Every way to lift the cap, the cluster as written among them: priced ones cheapest per
+    /// busy GPU-hour first, then those with a type of unknown price, highest utilisation
+    /// first. Just the cluster as written when nothing caps it.
+    pub options: Vec<Choice>,
+    /// Which option is cheapest and which is simplest.
+    pub decision: Decision,
+    /// CPU types left out of the data-group options because their price is unknown.
+    pub unpriced_cpu_types: usize,
 }
 
-/// Adding `count` × `instance_type` as the data group.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DataOption {
-    pub instance_type: String,
-    pub count: u32,
-    pub vcpus: u32,
-    /// The trainer plus these data instances.
-    pub cluster_price_per_hour: f64,
-    /// $/h per busy GPU-hour at the new cap (100%).
-    pub cost_per_busy_gpu_hour: f64,
-}
-
-/// Sizes `job`. With `cpu_per_gpu`, also the GPU cap and the cheapest data groups (up to
-/// `options`) that remove it; with `samples_per_s_per_vcpu` (a profile's rate over its
-/// threads), each side's predicted samples/s.
+/// Sizes `job` with `catalog`'s vCPUs and GPUs and prices it with `prices` (a group's own
+/// `price_per_hour` first). With `cpu_per_gpu`, also the GPU cap and every way to lift it, with
+/// up to `options` data groups per trainer type as written; with `samples_per_s_per_vcpu` (a
+/// profile's rate over its threads), each side's predicted samples/s.
 pub fn plan(
     job: &Job,
     catalog: &Catalog,
+    prices: &Prices,
     cpu_per_gpu: Option<f64>,
     samples_per_s_per_vcpu: Option<f64>,
     options: usize,
@@ -169,63 +195,126 @@ pub fn plan(
     {
         return Err(PlanError::CpuPerGpu(per_gpu));
     }
-    let mut groups = Vec::new();
-    for g in &job.groups {
-        let (Some(vcpus), Some(gpus)) = (g.vcpus, g.gpus) else {
-            return Err(PlanError::UnknownType {
-                group: g.name.clone(),
-                instance_type: g.instance_type.clone(),
-            });
-        };
-        groups.push(GroupPlan {
-            name: g.name.clone(),
-            role: g.role,
+    let groups = group_plans(job, catalog, prices)?;
+    let unknown: Vec<String> = groups
+        .iter()
+        .filter(|g| g.vcpus.is_none() || g.gpus.is_none())
+        .map(|g| g.name.clone())
+        .collect();
+    if cpu_per_gpu.is_some()
+        && let Some(g) = groups
+            .iter()
+            .find(|g| g.vcpus.is_none() || g.gpus.is_none())
+    {
+        return Err(PlanError::UnknownType {
+            group: g.name.clone(),
             instance_type: g.instance_type.clone(),
-            count: g.count,
-            vcpus: mul(vcpus, g.count, "vCPUs")?,
-            gpus: mul(gpus, g.count, "GPUs")?,
-            price_per_hour: g.price_per_hour.map(|p| p * f64::from(g.count)),
         });
     }
-    let vcpus = total(groups.iter().map(|g| g.vcpus), "vCPUs")?;
-    let gpus = total(groups.iter().map(|g| g.gpus), "GPUs")?;
+    let vcpus = total(groups.iter().filter_map(|g| g.vcpus), "vCPUs")?;
+    let gpus = total(groups.iter().filter_map(|g| g.gpus), "GPUs")?;
     let price_per_hour = groups.iter().map(|g| g.price_per_hour).sum::<Option<f64>>();
+    let unpriced = groups
+        .iter()
+        .filter(|g| g.price_per_hour.is_none())
+        .map(|g| g.name.clone())
+        .collect();
     let vcpu_per_gpu = (gpus > 0).then(|| f64::from(vcpus) / f64::from(gpus));
     let sides = sides(job, &groups, samples_per_s_per_vcpu)?;
 
     let demand = match cpu_per_gpu {
         Some(per_gpu) if gpus > 0 => {
-            let trainer = groups
-                .iter()
-                .find(|g| g.role == Role::Trainer)
-                .expect("a resolved job has a trainer group");
-            let trainer_own = f64::from(sides[0].vcpus);
-            let data = f64::from(sides.get(1).map_or(0, |s| s.vcpus));
             let needed = per_gpu * f64::from(gpus);
-            let available = trainer_own + data;
+            let available = f64::from(total(sides.iter().map(|s| s.vcpus), "vCPUs")?);
             let gpu_cap = cap(available, needed);
-            let busy_cost = price_per_hour.map(|p| p / (f64::from(gpus) * gpu_cap));
-            let deficit = (needed - trainer_own).max(0.0);
+            let (choices, unpriced_cpu_types, bigger_types) =
+                options::choices(job, catalog, prices, needed, options)?;
+            let decision = Decision::of(&choices, bigger_types);
             Some(Demand {
                 cpu_per_gpu: per_gpu,
                 needed_vcpus: needed,
                 available_vcpus: available,
                 gpu_cap,
-                cost_per_busy_gpu_hour: busy_cost,
-                options: data_options(catalog, trainer, deficit, gpus, options),
+                cost_per_busy_gpu_hour: busy_cost(price_per_hour, gpus, gpu_cap),
+                options: choices,
+                decision,
+                unpriced_cpu_types,
             })
         }
         _ => None,
     };
+    let price_dates = price_dates(prices, &groups, demand.as_ref());
     Ok(Plan {
         groups,
         sides,
         vcpus,
         gpus,
         price_per_hour,
+        unpriced,
+        unknown,
+        prices: prices.source().clone(),
+        price_dates,
         vcpu_per_gpu,
         demand,
     })
+}
+
+/// $/h per busy GPU-hour of a cluster costing `price` whose `gpus` are busy `cap` of the time;
+/// `None` without a price or when the GPUs are never busy.
+fn busy_cost(price: Option<f64>, gpus: u32, cap: f64) -> Option<f64> {
+    let cost = price? / (f64::from(gpus) * cap);
+    cost.is_finite().then_some(cost)
+}
+
+/// The distinct dates of the prices the plan shows, oldest first.
+fn price_dates(prices: &Prices, groups: &[GroupPlan], demand: Option<&Demand>) -> Vec<String> {
+    let mut types: Vec<&str> = groups.iter().map(|g| g.instance_type.as_str()).collect();
+    for choice in demand.map_or(&[][..], |d| &d.options) {
+        types.extend(choice.groups.iter().map(|g| g.instance_type.as_str()));
+    }
+    let mut dates: Vec<String> = types
+        .into_iter()
+        .filter_map(|t| prices.get(t).map(|p| p.recorded.clone()))
+        .collect();
+    dates.sort();
+    dates.dedup();
+    dates
+}
+
+/// A group's price per instance-hour: its own `price_per_hour` from the spec, else `prices`'.
+///
+/// The resolved job holds the spec's price or the catalog's; a price that differs from the
+/// catalog's is the spec's own.
+fn unit_price(
+    group: &hetgen_spec::model::Group,
+    catalog: &Catalog,
+    prices: &Prices,
+) -> Option<f64> {
+    let catalog_price = catalog
+        .get(&group.instance_type)
+        .and_then(|i| i.price_per_hour);
+    group
+        .price_per_hour
+        .filter(|p| Some(*p) != catalog_price)
+        .or_else(|| prices.get(&group.instance_type).map(|p| p.usd_per_hour))
+}
+
+/// Every group of `job`, counted and priced.
+fn group_plans(job: &Job, catalog: &Catalog, prices: &Prices) -> Result<Vec<GroupPlan>, PlanError> {
+    job.groups
+        .iter()
+        .map(|g| {
+            Ok(GroupPlan {
+                name: g.name.clone(),
+                role: g.role,
+                instance_type: g.instance_type.clone(),
+                count: g.count,
+                vcpus: g.vcpus.map(|v| mul(v, g.count, "vCPUs")).transpose()?,
+                gpus: g.gpus.map(|n| mul(n, g.count, "GPUs")).transpose()?,
+                price_per_hour: unit_price(g, catalog, prices).map(|p| p * f64::from(g.count)),
+            })
+        })
+        .collect()
 }
 
 /// The trainer side (always) and the data side (when the job has data groups).
@@ -248,7 +337,7 @@ fn sides(job: &Job, groups: &[GroupPlan], rate: Option<f64>) -> Result<Vec<SideP
     }];
     if !job.is_homogeneous() {
         let data: Vec<&GroupPlan> = groups.iter().filter(|g| g.role == Role::Data).collect();
-        let vcpus = total(data.iter().map(|g| g.vcpus), "vCPUs")?;
+        let vcpus = total(data.iter().filter_map(|g| g.vcpus), "vCPUs")?;
         out.push(SidePlan {
             side: Role::Data,
             hosts: total(data.iter().map(|g| g.count), "hosts")?,
@@ -266,49 +355,6 @@ pub fn cap(available: f64, needed: f64) -> f64 {
     } else {
         (available / needed).clamp(0.0, 1.0)
     }
-}
-
-/// For each priced CPU type in the catalog, the fewest instances that cover `deficit` vCPUs.
-fn data_options(
-    catalog: &Catalog,
-    trainer: &GroupPlan,
-    deficit: f64,
-    gpus: u32,
-    keep: usize,
-) -> Vec<DataOption> {
-    let Some(trainer_price) = trainer.price_per_hour else {
-        return Vec::new();
-    };
-    if deficit <= 0.0 {
-        return Vec::new();
-    }
-    let mut options: Vec<DataOption> = catalog
-        .instances
-        .iter()
-        .filter(|i| i.gpus == 0)
-        .filter_map(|i| {
-            let price = i.price_per_hour?;
-            // Options too large to count are not options.
-            let count = (deficit / f64::from(i.vcpus)).ceil();
-            let count = (count <= f64::from(u32::MAX)).then_some(count as u32)?;
-            let vcpus = i.vcpus.checked_mul(count)?;
-            let cluster = trainer_price + price * f64::from(count);
-            Some(DataOption {
-                instance_type: i.name.clone(),
-                count,
-                vcpus,
-                cluster_price_per_hour: cluster,
-                cost_per_busy_gpu_hour: cluster / f64::from(gpus),
-            })
-        })
-        .collect();
-    options.sort_by(|a, b| {
-        a.cluster_price_per_hour
-            .total_cmp(&b.cluster_price_per_hour)
-            .then(a.count.cmp(&b.count))
-    });
-    options.truncate(keep);
-    options
 }
 
 /// One side of a comparison.

@@ -1,8 +1,26 @@
 //! Sizing and cost arithmetic on the figures DESIGN.md quotes.
 
-use hetgen_plan::{Run, cap, compare, cost_per_step, plan};
+use hetgen_plan::{Plan, PlanError, Price, Prices, Run, SwapKind, cap, compare, cost_per_step};
 use hetgen_spec::model::Role;
 use hetgen_spec::{Catalog, Job};
+
+/// `hetgen_plan::plan` with the catalog's own prices.
+fn plan(
+    job: &Job,
+    catalog: &Catalog,
+    cpu_per_gpu: Option<f64>,
+    rate: Option<f64>,
+    options: usize,
+) -> Result<Plan, PlanError> {
+    hetgen_plan::plan(
+        job,
+        catalog,
+        &Prices::catalog(catalog),
+        cpu_per_gpu,
+        rate,
+        options,
+    )
+}
 
 fn job(groups: &str) -> Job {
     job_with(groups, "")
@@ -65,16 +83,19 @@ fn an_8_gpu_96_vcpu_host_needing_20_per_gpu_is_capped_at_60_percent() {
     assert!((d.cost_per_busy_gpu_hour.unwrap() - 37.688 / (8.0 * 0.6)).abs() < 1e-9);
     // 64 missing vCPUs: four ml.c5.4xlarge ($0.816 each) are the cheapest, fewest-instance way.
     let best = &d.options[0];
+    let data = best.change.data.as_ref().unwrap();
     assert_eq!(
-        (best.instance_type.as_str(), best.count, best.vcpus),
+        (data.instance_type.as_str(), data.count, data.vcpus),
         ("ml.c5.4xlarge", 4, 64)
     );
-    assert!((best.cluster_price_per_hour - (37.688 + 4.0 * 0.816)).abs() < 1e-9);
-    assert!(
-        d.options
-            .windows(2)
-            .all(|w| w[0].cluster_price_per_hour <= w[1].cluster_price_per_hour)
-    );
+    assert!((best.cluster_price_per_hour.unwrap() - (37.688 + 4.0 * 0.816)).abs() < 1e-9);
+    assert_eq!(best.gpu_cap, 1.0);
+    let costs: Vec<f64> = d
+        .options
+        .iter()
+        .map(|o| o.cost_per_busy_gpu_hour.unwrap())
+        .collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{costs:?}");
 }
 
 #[test]
@@ -90,7 +111,7 @@ fn reserved_trainer_vcpus_lower_the_cap() {
     .demand
     .unwrap();
     assert!((d.gpu_cap - 80.0 / 160.0).abs() < 1e-12);
-    assert_eq!(d.options[0].vcpus, 80);
+    assert_eq!(d.options[0].change.data.as_ref().unwrap().vcpus, 80);
 }
 
 #[test]
@@ -264,10 +285,7 @@ fn vcpus_per_gpu_that_are_not_a_finite_non_negative_number_are_refused() {
     let p4d = job(P4D);
     for bad in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -5.0] {
         let err = plan(&p4d, Catalog::builtin(), Some(bad), None, 3).unwrap_err();
-        assert!(
-            matches!(err, hetgen_plan::PlanError::CpuPerGpu(_)),
-            "{bad}: {err}"
-        );
+        assert!(matches!(err, PlanError::CpuPerGpu(_)), "{bad}: {err}");
     }
 }
 
@@ -277,16 +295,17 @@ fn huge_demands_and_counts_do_not_overflow() {
     let p = plan(&job(P4D), Catalog::builtin(), Some(1e300), None, 3).unwrap();
     let d = p.demand.unwrap();
     assert!(d.gpu_cap > 0.0 && d.gpu_cap < 1e-290, "{}", d.gpu_cap);
-    assert!(d.options.is_empty(), "{:?}", d.options);
+    assert!(
+        d.options.iter().all(|o| o.change.is_none()),
+        "{:?}",
+        d.options
+    );
 
     // A job built by hand (not through validation) with more vCPUs than a u32 holds.
     let mut big = job(&format!("{TWO_C5}{P4D}"));
     big.groups[0].count = u32::MAX;
     let err = plan(&big, Catalog::builtin(), None, None, 3).unwrap_err();
-    assert!(
-        matches!(err, hetgen_plan::PlanError::Overflow { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, PlanError::Overflow { .. }), "{err}");
 }
 
 #[test]
@@ -300,14 +319,339 @@ fn prices_that_are_not_positive_are_refused() {
             price,
         };
         let err = compare(&run(Some(bad)), &run(None)).unwrap_err();
-        assert!(
-            matches!(err, hetgen_plan::PlanError::Price(_)),
-            "{bad}: {err}"
-        );
+        assert!(matches!(err, PlanError::Price(_)), "{bad}: {err}");
         let err = compare(&run(None), &run(Some(bad))).unwrap_err();
-        assert!(
-            matches!(err, hetgen_plan::PlanError::Price(_)),
-            "{bad}: {err}"
+        assert!(matches!(err, PlanError::Price(_)), "{bad}: {err}");
+    }
+}
+
+/// One trainer group of `instance_type`, nothing else.
+fn one_group(instance_type: &str) -> String {
+    format!(
+        "[[instance_group]]\nname = \"dnn_group\"\ninstance_type = \"{instance_type}\"\nrole = \"trainer\"\n"
+    )
+}
+
+/// The catalog's prices plus `extra`: figures for a test, not AWS's (the committed catalog
+/// has no price it can source for these types).
+fn prices_with(extra: &[(&str, f64)]) -> Prices {
+    let mut prices = Prices::catalog(Catalog::builtin());
+    for (name, usd) in extra {
+        prices.insert(
+            name,
+            Price {
+                usd_per_hour: *usd,
+                source: "a figure of this test".to_owned(),
+                recorded: "2026-12".to_owned(),
+            },
         );
     }
+    prices
+}
+
+/// The guidance's first step: a one-GPU ml.g5.8xlarge (32 vCPUs) short of vCPUs moves to an
+/// ml.g5.16xlarge (64 vCPUs, the same one GPU), which needs no data group.
+#[test]
+fn a_g5_8xlarge_short_of_vcpus_scales_up_to_a_g5_16xlarge_with_no_data_group() {
+    let job = job(&one_group("ml.g5.8xlarge"));
+    let prices = prices_with(&[("ml.g5.8xlarge", 3.0), ("ml.g5.16xlarge", 4.0)]);
+    let p = hetgen_plan::plan(&job, Catalog::builtin(), &prices, Some(50.0), None, 5).unwrap();
+    let d = p.demand.unwrap();
+    // 32 vCPUs less the two the trainer keeps (one for its GPU, one for the data client).
+    assert!((d.gpu_cap - 30.0 / 50.0).abs() < 1e-12);
+
+    let (i, up) = d
+        .options
+        .iter()
+        .enumerate()
+        .find(|(_, o)| {
+            o.change
+                .trainer
+                .as_ref()
+                .is_some_and(|s| s.to == "ml.g5.16xlarge")
+        })
+        .expect("the scale-up is an option");
+    let swap = up.change.trainer.as_ref().unwrap();
+    assert_eq!(swap.kind, SwapKind::ScaleUp);
+    assert!(up.change.data.is_none() && !up.needs_data_group);
+    assert_eq!((up.gpu_cap, up.pipeline_vcpus), (1.0, 62));
+    assert_eq!(up.cluster_price_per_hour, Some(4.0));
+    assert_eq!(up.cost_per_busy_gpu_hour, Some(4.0));
+    // Every option is priced and they come cheapest per busy GPU-hour first: the scale-up
+    // ($4.00) beats the g5.8xlarge with five ml.c5.xlarge ($3.00 + 5 × $0.204) and the cluster
+    // as written ($3.00 at 60%).
+    let costs: Vec<f64> = d
+        .options
+        .iter()
+        .map(|o| o.cost_per_busy_gpu_hour.unwrap())
+        .collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{costs:?}");
+    assert_eq!(i, 0);
+    assert_eq!(
+        (d.decision.cheapest, d.decision.simplest),
+        (Some(0), Some(0))
+    );
+    let data = d
+        .options
+        .iter()
+        .find(|o| o.change.trainer.is_none() && o.change.data.is_some())
+        .unwrap();
+    assert!((data.cluster_price_per_hour.unwrap() - (3.0 + 5.0 * 0.204)).abs() < 1e-12);
+    assert!(data.needs_data_group);
+    let written = d.options.iter().find(|o| o.change.is_none()).unwrap();
+    assert!((written.cost_per_busy_gpu_hour.unwrap() - 3.0 / 0.6).abs() < 1e-12);
+}
+
+/// The four-GPU size scales up the same way: ml.g5.12xlarge (48 vCPUs) → ml.g5.24xlarge (96).
+#[test]
+fn a_g5_12xlarge_scales_up_to_a_g5_24xlarge() {
+    let p = plan(
+        &job(&one_group("ml.g5.12xlarge")),
+        Catalog::builtin(),
+        Some(20.0),
+        None,
+        5,
+    )
+    .unwrap();
+    let d = p.demand.unwrap();
+    let up: Vec<&str> = d
+        .options
+        .iter()
+        .filter_map(|o| o.change.trainer.as_ref())
+        .filter(|s| s.kind == SwapKind::ScaleUp && !d.options.is_empty())
+        .map(|s| s.to.as_str())
+        .collect();
+    assert!(up.contains(&"ml.g5.24xlarge"), "{up:?}");
+    assert!(
+        !up.contains(&"ml.g5.48xlarge"),
+        "eight GPUs are not the same GPUs: {up:?}"
+    );
+}
+
+/// Without a price for the g5 types (the committed catalog has none it can source) the
+/// scale-up is still listed, as unpriced, and is the simplest; no total is made up.
+#[test]
+fn unpriced_options_are_listed_apart_and_never_summed() {
+    let p = plan(
+        &job(&one_group("ml.g5.8xlarge")),
+        Catalog::builtin(),
+        Some(50.0),
+        None,
+        5,
+    )
+    .unwrap();
+    assert_eq!(p.price_per_hour, None);
+    assert_eq!(p.unpriced, ["dnn_group"]);
+    let d = p.demand.unwrap();
+    assert!(d.options.iter().all(|o| o.cluster_price_per_hour.is_none()
+        && o.cost_per_busy_gpu_hour.is_none()
+        && !o.unpriced.is_empty()));
+    assert_eq!(d.decision.cheapest, None);
+    let simplest = &d.options[d.decision.simplest.unwrap()];
+    assert_eq!(
+        simplest.change.trainer.as_ref().unwrap().to,
+        "ml.g5.16xlarge"
+    );
+    assert_eq!(simplest.unpriced, ["ml.g5.16xlarge"]);
+    // Unpriced options are ranked by utilisation: every 100% option before the 60% as written.
+    let caps: Vec<f64> = d.options.iter().map(|o| o.gpu_cap).collect();
+    assert!(caps.windows(2).all(|w| w[0] >= w[1]), "{caps:?}");
+}
+
+/// The guidance's second step: no type with eight A100s has more vCPUs than the p4d's 96, so
+/// data groups rank first, with DESIGN.md's published figures.
+#[test]
+fn a_p4d_has_no_bigger_type_so_data_groups_rank_first_with_the_published_figures() {
+    let p = plan(
+        &job_with(P4D, "reserve_vcpus = 0"),
+        Catalog::builtin(),
+        Some(20.0),
+        None,
+        5,
+    )
+    .unwrap();
+    let d = p.demand.unwrap();
+    assert_eq!(d.decision.bigger_types, 0);
+    assert!(d.options.iter().all(|o| o.change.trainer.is_none()));
+    assert!(d.options[0].needs_data_group && d.options[0].change.data.is_some());
+    assert_eq!(d.decision.cheapest, Some(0));
+    // The cluster as written: 60% busy, $37.688 / (8 × 0.6) per busy GPU-hour; last.
+    let written = d.options.last().unwrap();
+    assert!(written.change.is_none());
+    assert!((written.cost_per_busy_gpu_hour.unwrap() - 37.688 / (8.0 * 0.6)).abs() < 1e-12);
+    // The simplest: the one data instance that covers the 64 missing vCPUs.
+    let simplest = &d.options[d.decision.simplest.unwrap()];
+    let data = simplest.change.data.as_ref().unwrap();
+    assert_eq!(
+        (data.instance_type.as_str(), data.count),
+        ("ml.c5.18xlarge", 1)
+    );
+
+    // The published cluster (2 × ml.c5.18xlarge beside it) is the option for a pipeline that
+    // misses 113 vCPUs (25 per GPU, the trainer keeping its default 9): $45.032 an hour, and
+    // with the published step times (192 ms → 86 ms) cost per step falls 46%.
+    let p = plan(&job(P4D), Catalog::builtin(), Some(25.0), None, 20).unwrap();
+    let d = p.demand.unwrap();
+    let published = d
+        .options
+        .iter()
+        .find(|o| {
+            o.change
+                .data
+                .as_ref()
+                .is_some_and(|x| (x.instance_type.as_str(), x.count) == ("ml.c5.18xlarge", 2))
+        })
+        .expect("2 × ml.c5.18xlarge is an option");
+    assert_eq!(published.gpu_cap, 1.0);
+    let price = published.cluster_price_per_hour.unwrap();
+    assert!((price - 45.032).abs() < 1e-9, "{price}");
+    let improvement = 1.0 - cost_per_step(price, 86.0) / cost_per_step(37.688, 192.0);
+    assert_eq!((improvement * 100.0).round(), 46.0);
+}
+
+/// An ml.p3.2xlarge (8 vCPUs, one V100) is the only one-V100 type: nothing to scale up to, so
+/// data groups rank first, and the simplest is the pairing DESIGN.md's spec shows
+/// (ml.c5.9xlarge beside it): $3.825 + $1.836 an hour.
+#[test]
+fn a_p3_2xlarge_has_no_bigger_type_so_data_groups_rank_first() {
+    let p = plan(
+        &job(&one_group("ml.p3.2xlarge")),
+        Catalog::builtin(),
+        Some(30.0),
+        None,
+        5,
+    )
+    .unwrap();
+    let d = p.demand.unwrap();
+    assert!((d.gpu_cap - 6.0 / 30.0).abs() < 1e-12);
+    assert_eq!(d.decision.bigger_types, 0);
+    assert!(d.options.iter().all(|o| o.change.trainer.is_none()));
+    assert!(d.options[0].change.data.is_some());
+    let simplest = &d.options[d.decision.simplest.unwrap()];
+    let data = simplest.change.data.as_ref().unwrap();
+    assert_eq!(
+        (data.instance_type.as_str(), data.count),
+        ("ml.c5.9xlarge", 1)
+    );
+    assert!((simplest.cluster_price_per_hour.unwrap() - (3.825 + 1.836)).abs() < 1e-12);
+    assert_eq!(simplest.gpu_cap, 1.0);
+}
+
+/// Another family with the same GPUs counts, labelled as such: ml.p3.16xlarge (64 vCPUs, eight
+/// V100s) → ml.p3dn.24xlarge (96 vCPUs, eight V100s); short of 100%, it also gets a data group.
+#[test]
+fn the_same_gpus_in_another_family_are_an_option_labelled_as_such() {
+    let p = plan(
+        &job(&one_group("ml.p3.16xlarge")),
+        Catalog::builtin(),
+        Some(12.0),
+        None,
+        5,
+    )
+    .unwrap();
+    let d = p.demand.unwrap();
+    let same: Vec<_> = d
+        .options
+        .iter()
+        .filter(|o| {
+            o.change
+                .trainer
+                .as_ref()
+                .is_some_and(|s| s.to == "ml.p3dn.24xlarge")
+        })
+        .collect();
+    assert_eq!(
+        same[0].change.trainer.as_ref().unwrap().kind,
+        SwapKind::SameGpu
+    );
+    // 96 vCPUs less 9 kept: 87 of the 96 needed.
+    let alone = same.iter().find(|o| o.change.data.is_none()).unwrap();
+    assert!((alone.gpu_cap - 87.0 / 96.0).abs() < 1e-12);
+    let topped = same.iter().find(|o| o.change.data.is_some()).unwrap();
+    assert_eq!(topped.gpu_cap, 1.0);
+}
+
+/// Hybrid input is counted on every option as the runtime runs it: `trainer_threads = 0`
+/// turns it off, so a data group must cover every vCPU and a bigger trainer lifts nothing.
+#[test]
+fn options_count_the_trainer_share_as_the_runtime_runs_it() {
+    let on = plan(
+        &job(&one_group("ml.p3.2xlarge")),
+        Catalog::builtin(),
+        Some(30.0),
+        None,
+        5,
+    )
+    .unwrap()
+    .demand
+    .unwrap();
+    let off = plan(
+        &job_with(&one_group("ml.p3.2xlarge"), "trainer_threads = 0"),
+        Catalog::builtin(),
+        Some(30.0),
+        None,
+        5,
+    )
+    .unwrap()
+    .demand
+    .unwrap();
+    let best = |d: &hetgen_plan::Demand| d.options[0].change.data.clone().unwrap().vcpus;
+    // With hybrid input the p3.2xlarge's own 6 cover part of the 30; without it, none.
+    assert!(best(&on) >= 24 && best(&on) < 30, "{}", best(&on));
+    assert!(best(&off) >= 30, "{}", best(&off));
+}
+
+/// A type hetgen's catalog does not know (the spec allows it) has no price: the plan reports
+/// it and makes no total; sizing it is refused with the reason.
+#[test]
+fn an_unknown_unpriced_type_is_reported_not_summed() {
+    let groups = format!(
+        "{P4D}[[instance_group]]\nname = \"data_group\"\ninstance_type = \"ml.c7a.16xlarge\"\nrole = \"data\"\nallow_unknown_instance_type = true\n"
+    );
+    let p = plan(&job(&groups), Catalog::builtin(), None, None, 5).unwrap();
+    assert_eq!(p.price_per_hour, None);
+    assert_eq!(p.unpriced, ["data_group"]);
+    assert_eq!(p.unknown, ["data_group"]);
+    assert_eq!((p.vcpus, p.gpus), (96, 8));
+    let group = p.groups.iter().find(|g| g.name == "data_group").unwrap();
+    assert_eq!((group.vcpus, group.price_per_hour), (None, None));
+    let err = plan(&job(&groups), Catalog::builtin(), Some(20.0), None, 5).unwrap_err();
+    assert!(matches!(err, PlanError::UnknownType { .. }), "{err}");
+
+    // With the spec's own price it is summed (and still not sized).
+    let priced = groups.replace(
+        "allow_unknown_instance_type = true\n",
+        "allow_unknown_instance_type = true\nprice_per_hour = 2.5\n",
+    );
+    let p = plan(&job(&priced), Catalog::builtin(), None, None, 5).unwrap();
+    assert!((p.price_per_hour.unwrap() - (37.688 + 2.5)).abs() < 1e-12);
+    assert!(p.unpriced.is_empty());
+}
+
+/// A group's own `price_per_hour` wins over any price source; other types take the source's.
+#[test]
+fn a_spec_price_wins_over_the_price_source() {
+    let spec = one_group("ml.p3.2xlarge") + "price_per_hour = 2.0\n";
+    let prices = Prices::price_list(
+        "us-east-1",
+        "2026-12-04",
+        false,
+        [
+            ("ml.p3.2xlarge".to_owned(), 9.0),
+            ("ml.c5.9xlarge".to_owned(), 1.0),
+        ],
+    );
+    let p = hetgen_plan::plan(
+        &job(&spec),
+        Catalog::builtin(),
+        &prices,
+        Some(30.0),
+        None,
+        5,
+    )
+    .unwrap();
+    assert_eq!(p.price_per_hour, Some(2.0));
+    let d = p.demand.unwrap();
+    assert_eq!(d.options[0].cluster_price_per_hour, Some(3.0));
+    assert_eq!(p.price_dates, ["2026-12-04"]);
 }

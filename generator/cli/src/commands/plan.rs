@@ -1,12 +1,14 @@
 //! `hetgen plan` and `hetgen compare`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hetgen_plan::{Plan, Run};
+use hetgen_deploy::pricing::{self, TrainingPrices};
+use hetgen_plan::{Choice, Demand, Plan, PriceSource, Prices, Run, SwapKind};
 use hetgen_spec::Catalog;
 use hetgen_spec::model::Role;
 
-use crate::cli::{CompareArgs, Format, PlanArgs};
+use crate::cli::{self, CompareArgs, Format, PlanArgs};
 use crate::exit::Failure;
 
 pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
@@ -18,7 +20,12 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
         }
         None => (args.cpu_per_gpu, None),
     };
-    let plan = hetgen_plan::plan(&job, Catalog::builtin(), cpu_per_gpu, rate, args.options)?;
+    let catalog = Catalog::builtin();
+    let prices = match args.prices {
+        cli::Prices::Catalog => Prices::catalog(catalog),
+        cli::Prices::Aws => aws_prices(args, &job, catalog),
+    };
+    let plan = hetgen_plan::plan(&job, catalog, &prices, cpu_per_gpu, rate, args.options)?;
     match args.format {
         Format::Json => println!(
             "{}",
@@ -29,30 +36,253 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Current prices from the AWS Price List API for the job's region: today's cache, else a
+/// fresh read (then cached), else an older cache, else the catalog; each fallback said on
+/// stderr with its reason.
+fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Prices {
+    let spec_region = job.sagemaker.as_ref().map(|s| s.region.as_str());
+    let region = args
+        .region
+        .clone()
+        .or(spec_region.map(str::to_owned))
+        .or_else(|| std::env::var("AWS_REGION").ok())
+        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+        .unwrap_or_else(|| catalog.prices.region.clone());
+    let cache = cache_dir().map(|d| d.join("prices").join(format!("sagemaker-{region}.json")));
+    let cached = cache.as_deref().and_then(TrainingPrices::load);
+    let from = |p: TrainingPrices, cached: bool| {
+        Prices::price_list(&p.region, &p.fetched, cached, p.prices)
+    };
+    if let Some(p) = &cached
+        && p.region == region
+        && p.fetched == pricing::today()
+    {
+        return from(p.clone(), true);
+    }
+    let fetched = super::block_on(async {
+        let aws = hetgen_deploy::Aws::connect(&args.connection(), Some(&region)).await?;
+        pricing::training_prices(&aws, &region).await
+    });
+    let why = match fetched {
+        Ok(p) if !p.prices.is_empty() => {
+            if let Some(path) = &cache
+                && let Err(e) = p.save(path)
+            {
+                eprintln!(
+                    "warning: could not cache the prices in `{}`: {e}",
+                    path.display()
+                );
+            }
+            return from(p, false);
+        }
+        Ok(_) => format!("the Price List API returned no SageMaker training prices for `{region}`"),
+        Err(e) => e.to_string(),
+    };
+    match cached.filter(|p| p.region == region) {
+        Some(p) => {
+            eprintln!(
+                "warning: could not read current AWS prices ({why}); using those cached on {}",
+                p.fetched
+            );
+            from(p, true)
+        }
+        None => {
+            eprintln!("warning: could not read current AWS prices ({why}); using hetgen's catalog");
+            Prices::catalog(catalog)
+        }
+    }
+}
+
+/// hetgen's cache folder: `$XDG_CACHE_HOME/hetgen`, else the platform's user cache folder.
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from)
+        && dir.is_absolute()
+    {
+        return Some(dir.join("hetgen"));
+    }
+    let home = PathBuf::from(std::env::var_os("HOME")?);
+    Some(if cfg!(target_os = "macos") {
+        home.join("Library/Caches/hetgen")
+    } else {
+        home.join(".cache/hetgen")
+    })
+}
+
 fn money(p: Option<f64>) -> String {
-    p.map_or_else(|| "?".to_owned(), |p| format!("${p:.3}"))
+    p.map_or_else(|| "unpriced".to_owned(), |p| format!("${p:.3}"))
+}
+
+fn count(n: Option<u32>) -> String {
+    n.map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+}
+
+/// Where the prices came from, in one line.
+fn prices_line(plan: &Plan) -> String {
+    let dates = plan.price_dates.join(", ");
+    match &plan.prices {
+        PriceSource::Catalog { region } => format!(
+            "prices: hetgen's catalog ({region}, on-demand{}); `--prices aws` reads current ones",
+            if dates.is_empty() {
+                String::new()
+            } else {
+                format!(", recorded {dates}")
+            }
+        ),
+        PriceSource::PriceList {
+            region,
+            fetched,
+            cached,
+        } => format!(
+            "prices: AWS Price List API ({region}, on-demand, read {fetched}{})",
+            if *cached { ", cached" } else { "" }
+        ),
+    }
+}
+
+/// What an option changes, in a few words.
+fn label(choice: &Choice) -> String {
+    let trainer = choice.change.trainer.as_ref().map(|s| match s.kind {
+        SwapKind::ScaleUp => format!(
+            "trainer on {} (bigger {})",
+            s.to,
+            hetgen_spec::catalog::family(&s.to)
+        ),
+        SwapKind::SameGpu => format!("trainer on {} (same GPUs, other family)", s.to),
+    });
+    let data = choice
+        .change
+        .data
+        .as_ref()
+        .map(|d| format!("{} × {} as a data group", d.count, d.instance_type));
+    match (trainer, data) {
+        (None, None) => "as written".to_owned(),
+        (Some(t), None) => t,
+        (None, Some(d)) => format!("+ {d}"),
+        (Some(t), Some(d)) => format!("{t} + {d}"),
+    }
+}
+
+fn options_table(d: &Demand) -> String {
+    let row = |i: usize, c: &Choice| {
+        let data = match (&c.change.data, c.needs_data_group) {
+            (_, false) => "not needed",
+            (Some(_), true) => "added",
+            (None, true) => "as written",
+        };
+        let price = match (c.cluster_price_per_hour, c.cost_per_busy_gpu_hour) {
+            (Some(p), Some(b)) => format!("{:>12} {:>14}", format!("${p:.3}"), format!("${b:.3}")),
+            _ => format!("  unpriced: {}", c.unpriced.join(", ")),
+        };
+        format!(
+            "{:>3}  {:<58} {:<11} {:>8} {price}\n",
+            i + 1,
+            label(c),
+            data,
+            format!("{:.0}%", c.gpu_cap * 100.0)
+        )
+    };
+    let header = format!(
+        "{:>3}  {:<58} {:<11} {:>8} {:>12} {:>14}\n",
+        "#", "option", "data group", "GPU util", "cluster $/h", "$/busy GPU-h"
+    );
+    let priced: Vec<_> = d
+        .options
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.cost_per_busy_gpu_hour.is_some())
+        .collect();
+    let unpriced: Vec<_> = d
+        .options
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.cost_per_busy_gpu_hour.is_none())
+        .collect();
+    let mut out = String::new();
+    if !priced.is_empty() {
+        out += "\nways to run it, cheapest per busy GPU-hour first:\n";
+        out += &header;
+        for (i, c) in priced {
+            out += &row(i, c);
+        }
+    }
+    if !unpriced.is_empty() {
+        out +=
+            "\nunpriced (a type has no known price; not summed), highest GPU utilisation first:\n";
+        out += &header;
+        for (i, c) in unpriced {
+            out += &row(i, c);
+        }
+    }
+    out
+}
+
+/// The one line that says which option is cheapest and which is simplest, and why.
+fn decision_line(d: &Demand) -> String {
+    let name = |i: usize| format!("#{} {}", i + 1, label(&d.options[i]));
+    let why = |i: usize| {
+        let c = &d.options[i];
+        if !c.needs_data_group {
+            "it lifts the cap to 100% with no data group to run".to_owned()
+        } else if d.decision.bigger_types == 0 {
+            "no type with the trainer's GPUs has more vCPUs per GPU, so only a data group lifts the cap; this one has the fewest instances".to_owned()
+        } else {
+            "no bigger trainer type alone lifts the cap to 100%; this one adds the fewest instances"
+                .to_owned()
+        }
+    };
+    let cost = |i: usize| {
+        d.options[i]
+            .cost_per_busy_gpu_hour
+            .map_or_else(String::new, |b| format!(" (${b:.3} per busy GPU-hour)"))
+    };
+    match (d.decision.cheapest, d.decision.simplest) {
+        (Some(c), Some(s)) if c == s => format!(
+            "cheapest per busy GPU-hour and simplest: {}{} — {}\n",
+            name(c),
+            cost(c),
+            why(s)
+        ),
+        (Some(c), Some(s)) => format!(
+            "cheapest per busy GPU-hour: {}{}; simplest: {} — {}\n",
+            name(c),
+            cost(c),
+            name(s),
+            why(s)
+        ),
+        (Some(c), None) => format!(
+            "cheapest per busy GPU-hour: {}{}; no option lifts the cap to 100%\n",
+            name(c),
+            cost(c)
+        ),
+        (None, Some(s)) => format!(
+            "no option is priced, so none is cheapest (`--prices aws` reads current prices); simplest: {} — {}\n",
+            name(s),
+            why(s)
+        ),
+        (None, None) => "no option is priced and none lifts the cap to 100%\n".to_owned(),
+    }
 }
 
 fn plan_table(plan: &Plan) -> String {
     let mut out = format!(
-        "{:<16} {:<8} {:<18} {:>5} {:>6} {:>5} {:>10}\n",
+        "{:<16} {:<8} {:<18} {:>5} {:>7} {:>7} {:>10}\n",
         "group", "role", "instance type", "count", "vCPUs", "GPUs", "$/h"
     );
     for g in &plan.groups {
         let role = format!("{:?}", g.role).to_lowercase();
         out += &format!(
-            "{:<16} {:<8} {:<18} {:>5} {:>6} {:>5} {:>10}\n",
+            "{:<16} {:<8} {:<18} {:>5} {:>7} {:>7} {:>10}\n",
             g.name,
             role,
             g.instance_type,
             g.count,
-            g.vcpus,
-            g.gpus,
+            count(g.vcpus),
+            count(g.gpus),
             money(g.price_per_hour)
         );
     }
     out += &format!(
-        "{:<16} {:<8} {:<18} {:>5} {:>6} {:>5} {:>10}\n",
+        "{:<16} {:<8} {:<18} {:>5} {:>7} {:>7} {:>10}\n",
         "total",
         "",
         "",
@@ -61,6 +291,26 @@ fn plan_table(plan: &Plan) -> String {
         plan.gpus,
         money(plan.price_per_hour)
     );
+    if !plan.unpriced.is_empty() {
+        out += &format!(
+            "no price is known for group(s) {}: the total leaves them out, so there is none\n",
+            plan.unpriced
+                .iter()
+                .map(|g| format!("`{g}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !plan.unknown.is_empty() {
+        out += &format!(
+            "hetgen's catalog does not know the type of group(s) {}: their vCPUs and GPUs are not counted\n",
+            plan.unknown
+                .iter()
+                .map(|g| format!("`{g}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     out += &format!(
         "\n{:<16} {:>5} {:>14} {:>18}\n",
         "pipeline side", "hosts", "pipeline vCPUs", "predicted samples/s"
@@ -89,24 +339,20 @@ fn plan_table(plan: &Plan) -> String {
             out += &format!(", ${c:.3} per busy GPU-hour");
         }
         out.push('\n');
-        if !d.options.is_empty() {
-            out += "\ncheapest data groups that lift the trainer alone to 100%:\n";
-            out += &format!(
-                "{:<18} {:>5} {:>6} {:>12} {:>18}\n",
-                "instance type", "count", "vCPUs", "cluster $/h", "$/busy GPU-hour"
-            );
-            for o in &d.options {
+        if d.gpu_cap < 1.0 {
+            out += &options_table(d);
+            if d.unpriced_cpu_types > 0 {
                 out += &format!(
-                    "{:<18} {:>5} {:>6} {:>12} {:>18}\n",
-                    o.instance_type,
-                    o.count,
-                    o.vcpus,
-                    format!("${:.3}", o.cluster_price_per_hour),
-                    format!("${:.3}", o.cost_per_busy_gpu_hour)
+                    "({} CPU types without a known price were not tried as data groups)\n",
+                    d.unpriced_cpu_types
                 );
             }
+            out.push('\n');
+            out += &decision_line(d);
         }
     }
+    out += &prices_line(plan);
+    out.push('\n');
     out
 }
 

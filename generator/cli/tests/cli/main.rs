@@ -9,6 +9,7 @@ mod completions;
 mod fixture;
 mod local;
 mod logs;
+mod prices;
 
 /// At run time, not compile time: a test binary reused by another checkout must read that one.
 pub fn repo() -> PathBuf {
