@@ -65,6 +65,7 @@ pub async fn training_prices(aws: &Aws, region: &str) -> Result<TrainingPrices, 
         .expect("the filter has its three fields");
     let mut prices = BTreeMap::new();
     let mut token: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
     loop {
         let page = client
             .get_products()
@@ -82,7 +83,16 @@ pub async fn training_prices(aws: &Aws, region: &str) -> Result<TrainingPrices, 
             }
         }
         match page.next_token() {
-            Some(next) if !next.is_empty() => token = Some(next.to_owned()),
+            Some(next) if !next.is_empty() => {
+                // A token seen before would page forever.
+                if !seen.insert(next.to_owned()) {
+                    return Err(DeployError::Call {
+                        operation: "GetProducts".to_owned(),
+                        message: format!("the Price List API returned page token `{next}` twice"),
+                    });
+                }
+                token = Some(next.to_owned());
+            }
             _ => break,
         }
     }

@@ -377,6 +377,7 @@ fn evaluate(
         .filter(|g| g.price_per_hour.is_none())
         .map(|g| g.instance_type.clone())
         .collect();
+    unpriced.sort();
     unpriced.dedup();
     Ok(Choice {
         change,
