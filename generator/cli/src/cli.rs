@@ -34,7 +34,8 @@ pub enum Command {
     List(ListArgs),
     /// Print a job's logs, every host's lines labelled (a SageMaker job or a local run)
     Logs(LogsArgs),
-    /// Size the cluster: vCPU:GPU ratio, GPU cap, the cheapest data groups that remove it
+    /// Size the cluster: vCPU:GPU ratio, GPU cap, and every way to lift it (a bigger trainer with
+    /// the same GPUs, data groups, or both) by $ per busy GPU-hour
     Plan(PlanArgs),
     /// Compare two clusters' cost per step from measured step times
     Compare(CompareArgs),

@@ -163,6 +163,13 @@ fn label(choice: &Choice) -> String {
 }
 
 fn options_table(d: &Demand) -> String {
+    let width = d
+        .options
+        .iter()
+        .map(|c| label(c).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("option".len());
     let row = |i: usize, c: &Choice| {
         let data = match (&c.change.data, c.needs_data_group) {
             (_, false) => "not needed",
@@ -174,7 +181,7 @@ fn options_table(d: &Demand) -> String {
             _ => format!("  unpriced: {}", c.unpriced.join(", ")),
         };
         format!(
-            "{:>3}  {:<58} {:<11} {:>8} {price}\n",
+            "{:>3}  {:<width$} {:<11} {:>8} {price}\n",
             i + 1,
             label(c),
             data,
@@ -182,7 +189,7 @@ fn options_table(d: &Demand) -> String {
         )
     };
     let header = format!(
-        "{:>3}  {:<58} {:<11} {:>8} {:>12} {:>14}\n",
+        "{:>3}  {:<width$} {:<11} {:>8} {:>12} {:>14}\n",
         "#", "option", "data group", "GPU util", "cluster $/h", "$/busy GPU-h"
     );
     let priced: Vec<_> = d
