@@ -1,6 +1,7 @@
 //! Soak test of the data service, run on purpose (not part of `make test`): several data
 //! servers and several trainer ranks, as real processes on loopback addresses, for minutes on
-//! end, with data servers killed (SIGKILL) at random moments. Every epoch of every round is
+//! end, with data servers killed (SIGKILL) or frozen (SIGSTOP, then SIGCONT 1 to 15 s later:
+//! shorter and longer than the trainers' 10 s stall timeout) at random moments. Every epoch of every round is
 //! checked against the epoch plan: samples lost and samples yielded twice must both be 0. The
 //! peak RSS of every process is reported.
 //!
@@ -9,8 +10,8 @@
 //! $CARGO_TARGET_DIR/release/examples/soak --minutes 10 --servers 3 --trainers 2
 //! ```
 //!
-//! The work is done in rounds: a round starts the servers and the trainers, kills up to all
-//! servers but one while the trainers stream, waits for the trainers, stops what is left and
+//! The work is done in rounds: a round starts the servers and the trainers, kills or freezes
+//! up to all servers but one while the trainers stream, waits for the trainers, stops what is left and
 //! checks the trainers' audit files. Rounds repeat until the time is up. A trainer is this same
 //! program run as `soak trainer …`.
 
@@ -178,12 +179,31 @@ struct Proc {
     child: Child,
     peak_kib: u64,
     killed: bool,
+    /// When a frozen (SIGSTOPped) server is to be resumed.
+    thaw_at: Option<Instant>,
 }
 
 impl Proc {
     fn sample(&mut self) {
         if let Some(kib) = peak_rss_kib(self.child.id()) {
             self.peak_kib = self.peak_kib.max(kib);
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on a child this process has not reaped yet.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+    }
+
+    /// SIGCONT if frozen and `now` is the time (or any time, with `force`).
+    fn thaw(&mut self, force: bool) -> bool {
+        match self.thaw_at {
+            Some(at) if force || Instant::now() >= at => {
+                self.signal(libc::SIGCONT);
+                self.thaw_at = None;
+                true
+            }
+            _ => false,
         }
     }
 }
@@ -193,6 +213,7 @@ struct Totals {
     rounds: u32,
     failed_rounds: u32,
     kills: u32,
+    freezes: u32,
     epochs: u64,
     samples: u64,
     lost: u64,
@@ -258,6 +279,7 @@ fn coordinator(args: &[String]) -> ExitCode {
                     child,
                     peak_kib: 0,
                     killed: false,
+                    thaw_at: None,
                 }
             })
             .collect();
@@ -286,17 +308,19 @@ fn coordinator(args: &[String]) -> ExitCode {
                     child,
                     peak_kib: 0,
                     killed: false,
+                    thaw_at: None,
                 }
             })
             .collect();
 
-        // Kill up to all servers but one, at random moments while the trainers stream.
+        // Kill or freeze up to all servers but one, at random moments while the trainers
+        // stream.
         let planned = rng.below(servers as u64) as usize;
         let window = (last_round.as_millis() as u64 * 4 / 5).max(1_000);
-        let mut kill_at: Vec<Instant> = (0..planned)
+        let mut strike_at: Vec<Instant> = (0..planned)
             .map(|_| Instant::now() + Duration::from_millis(200 + rng.below(window)))
             .collect();
-        kill_at.sort();
+        strike_at.sort();
         let mut statuses = vec![None; ranks.len()];
         while statuses.iter().any(Option::is_none) {
             for p in procs.iter_mut().chain(ranks.iter_mut()) {
@@ -307,27 +331,24 @@ fn coordinator(args: &[String]) -> ExitCode {
                     statuses[i] = r.child.try_wait().expect("wait on a trainer");
                 }
             }
-            if kill_at.first().is_some_and(|t| Instant::now() >= *t) {
-                kill_at.remove(0);
-                let alive: Vec<usize> = (0..procs.len()).filter(|&i| !procs[i].killed).collect();
-                if alive.len() > 1 {
-                    let victim = alive[rng.below(alive.len() as u64) as usize];
-                    procs[victim].sample();
-                    procs[victim].child.kill().expect("SIGKILL a data server");
-                    procs[victim].child.wait().expect("reap it");
-                    procs[victim].killed = true;
-                    totals.kills += 1;
+            for p in procs.iter_mut() {
+                if p.thaw(false) {
                     eprintln!(
-                        "round {round}: killed {} at {:.1} s",
-                        procs[victim].name,
+                        "round {round}: resumed {} at {:.1} s",
+                        p.name,
                         started.elapsed().as_secs_f64()
                     );
                 }
+            }
+            if strike_at.first().is_some_and(|t| Instant::now() >= *t) {
+                strike_at.remove(0);
+                strike(&mut procs, &mut rng, &mut totals, round, started);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         for p in procs.iter_mut().filter(|p| !p.killed) {
             p.sample();
+            p.thaw(true);
             let _ = p.child.kill();
             let _ = p.child.wait();
         }
@@ -370,14 +391,46 @@ fn coordinator(args: &[String]) -> ExitCode {
             totals.peaks.entry("trainer").or_default().push(r.peak_kib);
         }
         eprintln!(
-            "round {round} done at {:.0} s: {} kills so far, lost {}, duplicated {}",
+            "round {round} done at {:.0} s: {} kills and {} freezes so far, lost {}, duplicated {}",
             started.elapsed().as_secs_f64(),
             totals.kills,
+            totals.freezes,
             totals.lost,
             totals.duplicated
         );
     }
     report(&totals, started.elapsed(), servers, trainers, epochs)
+}
+
+/// Kill (SIGKILL) or freeze (SIGSTOP, resumed 1 to 15 s later) one of the servers still
+/// serving, as long as another one is.
+fn strike(procs: &mut [Proc], rng: &mut Rng, totals: &mut Totals, round: u32, started: Instant) {
+    let serving: Vec<usize> = (0..procs.len())
+        .filter(|&i| !procs[i].killed && procs[i].thaw_at.is_none())
+        .collect();
+    if serving.len() < 2 {
+        return;
+    }
+    let victim = &mut procs[serving[rng.below(serving.len() as u64) as usize]];
+    victim.sample();
+    let at = started.elapsed().as_secs_f64();
+    if rng.below(2) == 0 {
+        victim.child.kill().expect("SIGKILL a data server");
+        victim.child.wait().expect("reap it");
+        victim.killed = true;
+        totals.kills += 1;
+        eprintln!("round {round}: killed {} at {at:.1} s", victim.name);
+    } else {
+        let frozen = Duration::from_millis(1_000 + rng.below(14_000));
+        victim.signal(libc::SIGSTOP);
+        victim.thaw_at = Some(Instant::now() + frozen);
+        totals.freezes += 1;
+        eprintln!(
+            "round {round}: froze {} at {at:.1} s for {:.1} s",
+            victim.name,
+            frozen.as_secs_f64()
+        );
+    }
 }
 
 /// Job file, SageMaker trees and hosts file for `servers` data hosts; their (name, address).
@@ -468,8 +521,8 @@ fn report(t: &Totals, took: Duration, servers: usize, trainers: u32, epochs: u32
     );
     let _ = writeln!(
         out,
-        "data servers killed: {}; epochs checked: {}; samples checked: {}",
-        t.kills, t.epochs, t.samples
+        "data servers killed: {}; frozen and resumed: {}; epochs checked: {}; samples checked: {}",
+        t.kills, t.freezes, t.epochs, t.samples
     );
     let _ = writeln!(
         out,

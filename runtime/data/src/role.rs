@@ -103,19 +103,23 @@ fn limits_from_env(config: &mut ServerConfig) -> Result<(), RoleError> {
     if let Some(mib) = bounded(
         MEMORY_VAR,
         16.0..=(1u64 << 30) as f64,
-        "a whole number of MiB from 16 (a budget for batches in flight, all trainers together)",
+        "a number of MiB from 16 to 1073741824 (the budget for batches in flight, all trainers together)",
     )? {
         config.memory_budget = (mib as u64) << 20;
     }
     if let Some(n) = bounded(
         MAX_CONNECTIONS_VAR,
         1.0..=1_048_576.0,
-        "a whole number of connections from 1 to 1048576",
+        "a number of connections from 1 to 1048576",
     )? {
         config.max_connections = n as usize;
     }
     // At least two heartbeats of a trainer, so a live one is never taken for idle.
-    if let Some(s) = bounded(IDLE_VAR, 2.0..=MAX_WATCHDOG_S, "a number of seconds from 2")? {
+    if let Some(s) = bounded(
+        IDLE_VAR,
+        2.0..=MAX_WATCHDOG_S,
+        "a number of seconds from 2 to 2419200 (28 days)",
+    )? {
         config.idle_timeout = Duration::from_secs_f64(s);
     }
     Ok(())

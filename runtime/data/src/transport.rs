@@ -140,9 +140,15 @@ async fn shard_body(service: &Service, body: tonic::body::Body) -> Result<bytes:
                     });
                 }
                 let reservation = budget.reserve(said as u64 + 5, budget::WAIT).await;
-                reserved = Some(reservation.map_err(|_| Refusal::BodyBudgetBusy {
-                    size: said + 5,
-                    budget_mib: budget.mib(),
+                reserved = Some(reservation.map_err(|short| match short {
+                    budget::Short::Never => Refusal::BodyTooLarge {
+                        limit: budget.bytes() as usize,
+                    },
+                    budget::Short::Busy => Refusal::BodyBudgetBusy {
+                        size: said + 5,
+                        budget_mib: budget.mib(),
+                        waited_s: budget::WAIT.as_secs(),
+                    },
                 })?);
             }
         }

@@ -306,6 +306,13 @@ fn bad_numeric_variables_fail_with_the_reason_in_the_failure_file() {
         ("HETGEN_DATA_PORT", "0"),
         ("HETGEN_DATA_PORT", "65536"),
         ("HETGEN_DATA_PORT", "-1"),
+        ("HETGEN_DATA_MEMORY_MIB", "8"),
+        ("HETGEN_DATA_MEMORY_MIB", "1e-300"),
+        ("HETGEN_DATA_MAX_CONNECTIONS", "0"),
+        ("HETGEN_DATA_MAX_CONNECTIONS", "inf"),
+        // Below a trainer's heartbeat, a live trainer would be taken for idle.
+        ("HETGEN_DATA_IDLE_S", "1"),
+        ("HETGEN_DATA_IDLE_S", "nan"),
     ] {
         let _ = std::fs::remove_file(cluster.failure("algo-1"));
         let mut child = cluster.start("algo-1", &[(var, value)]);

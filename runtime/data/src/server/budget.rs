@@ -94,6 +94,29 @@ impl Budget {
     }
 }
 
+/// Memory the budget must have had in use, above what it has now, before the heap's free pages
+/// are handed back: trimming costs a walk of the heap, worth it only after a real peak.
+const RELEASE_AFTER: u64 = 64 << 20;
+
+/// Watches the bytes in use for a peak that has passed.
+#[derive(Default)]
+pub(crate) struct PeakWatch {
+    peak: u64,
+}
+
+impl PeakWatch {
+    /// With `in_use` now: the peak that has passed, if in use has fallen to half of it or less,
+    /// and by [`RELEASE_AFTER`] or more. The next peak is counted from here.
+    pub(crate) fn passed(&mut self, in_use: u64) -> Option<u64> {
+        self.peak = self.peak.max(in_use);
+        let peak = self.peak;
+        (peak - in_use >= RELEASE_AFTER && in_use <= peak / 2).then(|| {
+            self.peak = in_use;
+            peak
+        })
+    }
+}
+
 /// Half of the host's memory: the data role runs the pipeline and little else, and its
 /// threads' working sets are small beside the batches they queue.
 pub(crate) fn default_bytes() -> u64 {
@@ -141,6 +164,19 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         drop(a);
         assert!(waiter.await.unwrap());
+    }
+
+    #[test]
+    fn a_peak_has_passed_once_use_falls_to_half_of_it_by_a_real_amount() {
+        let mib = |n: u64| n << 20;
+        let mut watch = PeakWatch::default();
+        assert_eq!(watch.passed(mib(10)), None);
+        assert_eq!(watch.passed(0), None, "too small a peak to be worth a trim");
+        assert_eq!(watch.passed(mib(400)), None);
+        assert_eq!(watch.passed(mib(300)), None, "not down to half");
+        assert_eq!(watch.passed(mib(150)), Some(mib(400)));
+        assert_eq!(watch.passed(mib(100)), None, "counted from the last trim");
+        assert_eq!(watch.passed(mib(20)), Some(mib(150)));
     }
 
     #[test]

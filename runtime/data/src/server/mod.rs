@@ -8,30 +8,35 @@
 //!
 //! ## Limits per client
 //!
-//! Every call is authenticated first ([`crate::auth`]); then nothing a client sends may grow
-//! without bound:
+//! Before any request, `connections` bounds the connections (a cap, the quietest giving way,
+//! idle ones closed, an accept loop that backs off out of descriptors), and the HTTP/2 settings
+//! bound each one (keep-alive pings, requests at once, small receive windows);
+//! `transport` gives a request body 10 s to arrive. Every call is then authenticated
+//! ([`crate::auth`]), and nothing a client sends may grow without bound:
 //!
 //! - The unary calls (Handshake, Ack, Heartbeat, Shutdown) read at most
 //!   [`MAX_UNARY_REQUEST`] bytes; a larger body is `RESOURCE_EXHAUSTED` before it is buffered,
 //!   a malformed one `INVALID_ARGUMENT` and a compressed one `UNIMPLEMENTED`.
 //! - A trainer id is at most [`MAX_TRAINER_ID`] bytes, and goes into logs escaped and cut
-//!   short ([`LogId`]).
+//!   short ([`LogId`]). Inside a job it must name one of its trainer hosts and a rank
+//!   (`algo-3/rank-0`).
 //! - A trainer may have [`ServerConfig::max_streams_per_trainer`] shard streams open at once;
 //!   one more is `RESOURCE_EXHAUSTED`. At most [`MAX_TRAINERS`] trainers are tracked; when the
-//!   table is full the one silent the longest without an open stream gives way. Inside a job
-//!   a trainer id must name one of its trainer hosts and a rank (`algo-3/rank-0`).
+//!   table is full the one silent the longest without an open stream gives way.
 //! - The shards streamed and not yet acknowledged are remembered per trainer up to
 //!   [`ServerConfig::max_unacked_per_trainer`]; past that the oldest are forgotten (a late Ack
 //!   of one is `NOT_FOUND`, which the client ignores).
+//! - What costs memory is counted in bytes, in one `budget` for all peers: a stream reserves
+//!   its worst case when it opens, a shard request body its declared size before it is read.
 //!
 //! **Worst case memory of a stalled stream** (a client that opens a shard and stops reading):
 //! the engine stops at the channel, so the stream holds the two batches queued in it, the one
 //! the engine has made and is waiting to queue, and the one hyper is writing (its head and its
 //! image buffer): at most 4 × the batch's size (`batch_size × height × width × channels`
-//! bytes, kept under the message limit when the shard is requested), whatever the shard's length.
-//! A 256-sample 224×224×3 batch is 38.5 MB, so one stalled stream holds at most ~154 MB and one
-//! trainer at most `max_streams_per_trainer` times that; the HTTP/2 windows only bound what is
-//! in the kernel's buffers and the client's.
+//! bytes), whatever the shard's length. A 256-sample 224×224×3 batch is 38.5 MB, so one stalled
+//! stream holds at most ~154 MB, and all streams together at most the budget.
+//!
+//! Every refusal is a `refusal::Refusal`, mapped to its gRPC status in one place.
 
 pub(crate) mod budget;
 pub(crate) mod connections;
@@ -144,9 +149,9 @@ pub struct ServerConfig {
     /// have finished; empty: every Shutdown stops it at once.
     pub trainer_hosts: Vec<String>,
     /// Bytes of batches in flight and request bodies arriving, all peers together
-    /// ([`budget`]).
+    /// (`budget`).
     pub memory_budget: u64,
-    /// Connections open at once ([`connections`]).
+    /// Connections open at once (`connections`).
     pub max_connections: usize,
     /// A connection from which nothing arrives for this long is closed.
     pub idle_timeout: Duration,
@@ -299,17 +304,13 @@ pub async fn serve(
     Ok(reason)
 }
 
-/// Memory the budget must have had in use, above what it has now, before the heap's free pages
-/// are handed back: trimming costs a walk of the heap, worth it only after a real peak.
-const RELEASE_AFTER: u64 = 64 << 20;
-
 /// Every 200 ms: stop the server when no trainer has been heard from for the watchdog's time,
 /// log the counters every `log_every`, and give memory back once a peak has passed (the
 /// allocator keeps freed batches for speed, [`hetgen_pipeline::tune_allocator`]).
 async fn watchdog(shared: Arc<Shared>) {
     let limit = shared.config.watchdog;
     let mut last_log = Instant::now();
-    let mut peak = 0u64;
+    let mut peak = budget::PeakWatch::default();
     loop {
         tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
         if shared.silent_for() > limit {
@@ -317,15 +318,13 @@ async fn watchdog(shared: Arc<Shared>) {
             return;
         }
         let in_use = shared.budget.in_use();
-        peak = peak.max(in_use);
-        if peak - in_use >= RELEASE_AFTER && in_use <= peak / 2 {
+        if let Some(was) = peak.passed(in_use) {
             hetgen_pipeline::release_free_memory();
             tracing::debug!(
-                peak_mib = peak >> 20,
+                peak_mib = was >> 20,
                 in_use_mib = in_use >> 20,
                 "returned free memory after a peak"
             );
-            peak = in_use;
         }
         if last_log.elapsed() >= shared.config.log_every {
             last_log = Instant::now();

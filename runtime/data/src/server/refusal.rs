@@ -64,9 +64,13 @@ pub(crate) enum Refusal {
         var: &'static str,
     },
     #[error(
-        "this data server's memory budget for partial request bodies is in use ({budget_mib} MiB); a request of {size} bytes waits for none"
+        "this data server's memory budget ({budget_mib} MiB, shared by batches in flight and request bodies) stayed in use for {waited_s} s; a request body of {size} bytes waits for room"
     )]
-    BodyBudgetBusy { size: usize, budget_mib: u64 },
+    BodyBudgetBusy {
+        size: usize,
+        budget_mib: u64,
+        waited_s: u64,
+    },
     #[error("shard request carries no sample ids")]
     NoSamples,
     #[error("shard request carries {0} sample ids; at most {MAX_SHARD_SAMPLES} per shard")]
