@@ -7,6 +7,7 @@ use hetgen_deploy::pricing::{self, TrainingPrices};
 use hetgen_plan::{Choice, Demand, Plan, PriceSource, Prices, Run, SwapKind};
 use hetgen_spec::Catalog;
 use hetgen_spec::model::Role;
+use miette::Diagnostic;
 
 use crate::cli::{self, CompareArgs, Format, PlanArgs};
 use crate::exit::Failure;
@@ -63,7 +64,7 @@ fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Pri
         let aws = hetgen_deploy::Aws::connect(&args.connection(), Some(&region)).await?;
         pricing::training_prices(&aws, &region).await
     });
-    let why = match fetched {
+    let (why, help) = match fetched {
         Ok(p) if !p.prices.is_empty() => {
             if let Some(path) = &cache
                 && let Err(e) = p.save(path)
@@ -75,22 +76,25 @@ fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Pri
             }
             return from(p, false);
         }
-        Ok(_) => format!("the Price List API returned no SageMaker training prices for `{region}`"),
-        Err(e) => e.to_string(),
+        Ok(_) => (
+            format!("the Price List API returned no SageMaker training prices for `{region}`"),
+            Some("check `--region` (prices are per region) and `--endpoint-url`".to_owned()),
+        ),
+        Err(e) => (e.to_string(), e.help().map(|h| h.to_string())),
     };
-    match cached.filter(|p| p.region == region) {
+    let (prices, using) = match cached.filter(|p| p.region == region) {
         Some(p) => {
-            eprintln!(
-                "warning: could not read current AWS prices ({why}); using those cached on {}",
-                p.fetched
-            );
-            from(p, true)
+            let using = format!("those cached on {}", p.fetched);
+            (from(p, true), using)
         }
-        None => {
-            eprintln!("warning: could not read current AWS prices ({why}); using hetgen's catalog");
-            Prices::catalog(catalog)
-        }
+        None => (Prices::catalog(catalog), "hetgen's catalog".to_owned()),
+    };
+    eprintln!("warning: could not read current AWS prices ({why}); using {using}");
+    if let Some(help) = help {
+        // `plan --profile` names a `hetgen profile` file; the AWS profile is `--aws-profile`.
+        eprintln!("  help: {}", help.replace("`--profile`", "`--aws-profile`"));
     }
+    prices
 }
 
 /// hetgen's cache folder: `$XDG_CACHE_HOME/hetgen`, else the platform's user cache folder.
