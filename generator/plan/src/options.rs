@@ -192,6 +192,11 @@ pub(crate) fn choices(
                 },
             )?,
         };
+        // A bigger trainer whose extra vCPUs the runtime would not use (`threads` or
+        // `trainer_threads` fixed, or a trainer that does not read the data) lifts nothing.
+        if swap.is_some() && base.pipeline_vcpus <= as_written.pipeline_vcpus {
+            continue;
+        }
         let short = base.gpu_cap < FULL;
         out.push(base);
         if short && variant.groups.len() < MAX_GROUPS {

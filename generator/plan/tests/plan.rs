@@ -655,3 +655,30 @@ fn a_spec_price_wins_over_the_price_source() {
     assert_eq!(d.options[0].cluster_price_per_hour, Some(3.0));
     assert_eq!(p.price_dates, ["2026-12-04"]);
 }
+
+/// A bigger trainer lifts nothing when the runtime would not use its vCPUs: with `threads = 3`
+/// a one-group job's pipeline has 3 threads on any type, so no bigger type is an option.
+#[test]
+fn a_bigger_trainer_whose_vcpus_the_runtime_would_not_use_is_no_option() {
+    let d = plan(
+        &job_with(&one_group("ml.g5.8xlarge"), "threads = 3"),
+        Catalog::builtin(),
+        Some(10.0),
+        None,
+        5,
+    )
+    .unwrap()
+    .demand
+    .unwrap();
+    assert!((d.gpu_cap - 0.3).abs() < 1e-12);
+    assert!(d.decision.bigger_types > 0);
+    assert!(
+        d.options
+            .iter()
+            .all(|o| o.change.trainer.is_none() && o.gpu_cap <= 1.0),
+        "{:?}",
+        d.options
+    );
+    // A data group still lifts it: with one, the trainer's share is the hybrid one (30).
+    assert!(d.options.iter().any(|o| o.gpu_cap == 1.0));
+}
