@@ -22,7 +22,9 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use hetgen_env::process::Signal;
 use serde::Serialize;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::LocalError;
 use crate::Step;
@@ -124,7 +126,10 @@ impl Exit {
     pub fn describe(&self) -> String {
         match (self.exit_code, self.signal) {
             (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal} ({})", signal_name(signal)),
+            (None, Some(signal)) => format!(
+                "signal {signal} ({})",
+                hetgen_env::process::signal_name(signal)
+            ),
             (None, None) => "an unknown status".to_owned(),
         }
     }
@@ -159,20 +164,21 @@ impl StopRequests {
     /// the supervisor stops them in order). Only one counter per process can be tied.
     pub fn from_signals() -> StopRequests {
         static TIED: OnceLock<StopRequests> = OnceLock::new();
-        let requests = TIED.get_or_init(StopRequests::new).clone();
-        extern "C" fn on_signal(_: libc::c_int) {
-            // Only an atomic increment: all a signal handler may safely do here.
-            if let Some(requests) = TIED.get() {
-                requests.0.fetch_add(1, Ordering::SeqCst);
+        TIED.get_or_init(|| {
+            let requests = StopRequests::new();
+            for signal in [SIGINT, SIGTERM] {
+                let counter = requests.clone();
+                // signal-hook's `flag::register`, counting instead of setting: every signal
+                // counts, so a second Ctrl-C is seen however soon it follows the first.
+                // SAFETY: the action is one atomic add on memory it owns, async-signal-safe.
+                // Registering SIGINT or SIGTERM cannot fail (only SIGKILL and the like are
+                // refused).
+                let _ =
+                    unsafe { signal_hook::low_level::register(signal, move || counter.request()) };
             }
-        }
-        for signal in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: the handler is async-signal-safe (one atomic add on initialised data).
-            unsafe {
-                libc::signal(signal, on_signal as *const () as libc::sighandler_t);
-            }
-        }
-        requests
+            requests
+        })
+        .clone()
     }
 
     /// Asks for a stop.
@@ -242,7 +248,7 @@ pub fn supervise(
             Err(e) => {
                 // Those already started must not outlive a run that never began.
                 for h in &hosts {
-                    kill_group(h.pid, libc::SIGKILL);
+                    kill_group(h.pid, Signal::KILL);
                 }
                 return Err(e);
             }
@@ -292,7 +298,7 @@ pub fn supervise(
             Ok(Event::Exited(i, status, at)) => {
                 let h = &mut hosts[i];
                 // The container ends with its entry point: nothing it started survives it.
-                kill_group(h.pid, libc::SIGKILL);
+                kill_group(h.pid, Signal::KILL);
                 let exit = to_exit(h.pid, status, at.duration_since(h.started));
                 observer.exited(&commands[i].host, &exit);
                 if ending.is_none() && !exit.success() {
@@ -344,14 +350,14 @@ pub fn supervise(
         if !killed && kill_at.is_some_and(|t| Instant::now() >= t) {
             killed = true;
             for h in hosts.iter().filter(|h| h.exit.is_none()) {
-                kill_group(h.pid, libc::SIGKILL);
+                kill_group(h.pid, Signal::KILL);
             }
         }
     }
 
     // Belt and braces: every group is gone already, unless the loop ended by disconnection.
     for h in &hosts {
-        kill_group(h.pid, libc::SIGKILL);
+        kill_group(h.pid, Signal::KILL);
     }
     let (status, secondary_status, failure_reason) =
         ending.unwrap_or((Status::Completed, "Completed".to_owned(), None));
@@ -408,9 +414,7 @@ fn spawn(i: usize, command: &HostCommand, tx: &Sender<Event>) -> Result<u32, Loc
         unsafe {
             cmd.pre_exec(move || {
                 // If hetgen itself is killed outright, the host's leader dies with it.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                hetgen_env::process::die_with_parent()?;
                 if let Some(hosts) = &hosts {
                     hosts.apply()?;
                 }
@@ -486,16 +490,13 @@ fn to_exit(pid: u32, status: std::io::Result<ExitStatus>, duration: Duration) ->
 /// SIGTERM to every host still running, as StopTrainingJob sends.
 fn terminate(hosts: &[Running]) {
     for h in hosts.iter().filter(|h| h.exit.is_none()) {
-        kill_group(h.pid, libc::SIGTERM);
+        kill_group(h.pid, Signal::TERM);
     }
 }
 
 /// Signals the process group led by `pid`. A group that is gone already is not an error.
-fn kill_group(pid: u32, signal: libc::c_int) {
-    // SAFETY: kill has no memory effects; a negative pid names the process group.
-    unsafe {
-        libc::kill(-(pid as libc::pid_t), signal);
-    }
+fn kill_group(pid: u32, signal: Signal) {
+    let _ = hetgen_env::process::signal_group(pid, signal);
 }
 
 /// SageMaker's form: `AlgorithmError: <the failure file>`, with where it happened.
@@ -535,22 +536,4 @@ fn truncate(mut text: String, max: usize) -> String {
         text.push_str("...");
     }
     text
-}
-
-/// The usual name of a signal, for messages.
-pub fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => "signal",
-    }
 }

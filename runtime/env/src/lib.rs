@@ -8,10 +8,15 @@
 //!
 //! Nothing here assumes which `algo-N` belongs to which group: SageMaker hands names out across
 //! groups in any order, so groups are looked up by name from `resourceconfig.json`.
+//!
+//! [`process`] keeps the container's other promise outside a container: a host's processes end
+//! with it (process groups, the death signal, signal names), for the launcher's `torchrun` and
+//! the hosts of `hetgen deploy --local` alike.
 
 mod error;
 mod hosts;
 mod job_file;
+pub mod process;
 mod summary;
 
 use std::collections::BTreeMap;

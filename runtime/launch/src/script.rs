@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use hetgen_data::client::{connect_to_job, data_hosts, resolve_blocking};
 use hetgen_env::Env;
+use hetgen_env::process::Signal;
 use hetgen_pipeline::BoxError;
 use hetgen_spec::model::{Job, ScriptTrainer};
 
@@ -111,14 +112,12 @@ pub fn run(
     // Its own process group, which SIGTERM is passed to (torchrun then stops its workers); and
     // should the launcher die without passing anything on, torchrun dies with it.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    // SAFETY: prctl is async-signal-safe and touches nothing of the parent's state.
+    // SAFETY: one system call, async-signal-safe, touching nothing of the parent's state.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        std::os::unix::process::CommandExt::pre_exec(
+            &mut command,
+            hetgen_env::process::die_with_parent,
+        );
     }
     tracing::info!(
         hosts = hosts.len(),
@@ -131,7 +130,7 @@ pub fn run(
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
-    let group = child.id() as libc::pid_t;
+    let group = child.id();
     let signalled = Arc::new(AtomicBool::new(false));
     let signals = forward_signals(group, signalled.clone())?;
 
@@ -322,7 +321,7 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience:
 /// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group; `passed` says
 /// whether one did.
 fn forward_signals(
-    group: libc::pid_t,
+    group: u32,
     passed: Arc<AtomicBool>,
 ) -> Result<signal_hook::iterator::Handle, BoxError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
@@ -332,9 +331,10 @@ fn forward_signals(
         for signal in signals.forever() {
             passed.store(true, Ordering::SeqCst);
             tracing::info!(signal, "passing the signal to the training script");
-            // SAFETY: killpg only sends a signal; the group is torchrun's, which this process
-            // started and has not yet reaped.
-            unsafe { libc::killpg(group, signal) };
+            // The group is torchrun's, which this process started and has not yet reaped.
+            if let Some(signal) = Signal::from_named_raw(signal) {
+                let _ = hetgen_env::process::signal_group(group, signal);
+            }
         }
     });
     Ok(handle)

@@ -188,7 +188,7 @@ fn print_record(record: &JobRecord) {
         let exit = match (host.exit_code, host.signal) {
             (Some(code), _) => format!("exit {code}"),
             (None, Some(signal)) => {
-                format!("killed by {}", hetgen_local::supervise::signal_name(signal))
+                format!("killed by {}", hetgen_env::process::signal_name(signal))
             }
             (None, None) => "no exit status".to_owned(),
         };
