@@ -3,9 +3,11 @@
 //! hetgen's; on AWS's PyTorch image the bundle's entry point passes the job's hyperparameters
 //! after `--`. The flags are for A/B runs, benchmarks and debugging.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use hetgen_spec::model::Device;
+use lexopt::Arg::{Long, Short, Value};
 
 pub(crate) const USAGE: &str = "\
 usage: launcher train [--input local|remote] [--device auto|cuda|cpu] [--input-only] [--job FILE]
@@ -49,8 +51,11 @@ pub struct Args {
 
 impl Args {
     /// `Ok(None)` for `help`/`--help`.
-    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-        match args.next().as_deref() {
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
+        let mut parser = lexopt::Parser::from_args(args);
+        // The command, a plain word, as typed: nothing is pending before the first argument.
+        let command = parser.try_raw_args().and_then(|mut raw| raw.next());
+        match command.as_deref().map(OsStr::to_string_lossy).as_deref() {
             Some("train") => {}
             Some("help" | "--help" | "-h") | None => return Ok(None),
             Some(other) => {
@@ -60,31 +65,41 @@ impl Args {
             }
         }
         let mut parsed = Args::default();
-        while let Some(flag) = args.next() {
-            let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-            match flag.as_str() {
-                "--input" => {
-                    parsed.input = Some(match value()?.as_str() {
+        loop {
+            // Everything after `--` is the script's, as typed (a later `--` included).
+            if let Some(mut raw) = parser.try_raw_args()
+                && raw.peek() == Some(OsStr::new("--"))
+            {
+                raw.next();
+                parsed.script_args = raw.map(|a| a.to_string_lossy().into_owned()).collect();
+                break;
+            }
+            let Some(arg) = parser.next().map_err(message)? else {
+                break;
+            };
+            match arg {
+                Long("input") => {
+                    parsed.input = Some(match value(&mut parser)?.as_str() {
                         "local" => InputChoice::Local,
                         "remote" => InputChoice::Remote,
                         v => return Err(format!("--input {v}: expected `local` or `remote`")),
                     })
                 }
-                "--device" => {
-                    parsed.device = Some(match value()?.as_str() {
+                Long("device") => {
+                    parsed.device = Some(match value(&mut parser)?.as_str() {
                         "auto" => Device::Auto,
                         "cuda" => Device::Cuda,
                         "cpu" => Device::Cpu,
                         v => return Err(format!("--device {v}: expected `auto`, `cuda` or `cpu`")),
                     })
                 }
-                "--input-only" => parsed.input_only = true,
-                "--job" => parsed.job_file = Some(PathBuf::from(value()?)),
-                "--" => {
-                    parsed.script_args = args.collect();
-                    break;
+                Long("input-only") => parsed.input_only = true,
+                Long("job") => parsed.job_file = Some(PathBuf::from(value(&mut parser)?)),
+                Long(other) => return Err(format!("unknown option `--{other}`")),
+                Short(other) => return Err(format!("unknown option `-{other}`")),
+                Value(other) => {
+                    return Err(format!("unknown option `{}`", other.to_string_lossy()));
                 }
-                other => return Err(format!("unknown option `{other}`")),
             }
         }
         Ok(Some(parsed))
@@ -100,6 +115,28 @@ impl Args {
         .into_iter()
         .filter_map(|(given, flag)| given.then_some(flag))
         .collect()
+    }
+}
+
+/// The value of the option just read, even one that looks like an option (`--job --x`).
+fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
+    let value = parser.value().map_err(message)?;
+    Ok(value.to_string_lossy().into_owned())
+}
+
+/// A parse error in the launcher's words, naming the flag.
+fn message(error: lexopt::Error) -> String {
+    match error {
+        lexopt::Error::MissingValue {
+            option: Some(option),
+        } => format!("{option} needs a value"),
+        lexopt::Error::UnexpectedValue { option, value } => {
+            format!(
+                "{option} takes no value (given `{}`)",
+                value.to_string_lossy()
+            )
+        }
+        other => other.to_string(),
     }
 }
 
@@ -155,6 +192,41 @@ mod tests {
                 .unwrap_err()
                 .contains("needs a value")
         );
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let err = |args: &[&str]| parse(args).unwrap_err();
+        assert_eq!(err(&["train", "--input"]), "--input needs a value");
+        assert_eq!(err(&["train", "--job"]), "--job needs a value");
+        assert_eq!(
+            err(&["train", "--device", "tpu"]),
+            "--device tpu: expected `auto`, `cuda` or `cpu`"
+        );
+        assert_eq!(
+            err(&["train", "--epochs", "3"]),
+            "unknown option `--epochs`"
+        );
+        assert_eq!(err(&["train", "-x"]), "unknown option `-x`");
+        assert_eq!(err(&["train", "train.py"]), "unknown option `train.py`");
+        assert_eq!(
+            err(&["train", "--input-only=yes"]),
+            "--input-only takes no value (given `yes`)"
+        );
+        assert_eq!(
+            err(&["--input", "local"]),
+            "unknown command `--input`: the only command is `train`"
+        );
+        assert_eq!(parse(&["help"]), Ok(None));
+        assert_eq!(parse(&["-h"]), Ok(None));
+        assert_eq!(parse(&[]), Ok(None));
+        // A value is taken as given, even one that looks like a flag or `--`.
+        let args = parse(&["train", "--input=remote", "--job", "--"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(args.input, Some(InputChoice::Remote));
+        assert_eq!(args.job_file, Some(PathBuf::from("--")));
+        assert!(args.script_args.is_empty());
     }
 
     #[test]
