@@ -15,9 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hetgen_data::audit::AuditFile;
-use hetgen_data::client::{
-    Client, ClientConfig, connect_to_job, data_hosts, local_threads, trainer_id,
-};
+use hetgen_data::client::{Client, ClientConfig, connect_to_job, trainer_id};
+use hetgen_data::input::{self, Asked, Mode};
 use hetgen_env::Env;
 use hetgen_pipeline::{
     Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, LocalInput, Position,
@@ -127,20 +126,31 @@ impl NativeLoader {
                 ));
             }
         };
-        let remote = match mode.as_deref() {
-            Some("remote") => true,
-            Some("local") => false,
+        let mode = match mode.as_deref() {
+            Some("remote") => Some(Mode::Remote),
+            Some("local") => Some(Mode::Local),
             Some(other) => {
                 return Err(ConfigurationError::new_err(format!(
                     "mode `{other}` is neither `remote` nor `local`"
                 )));
             }
-            None => {
-                hosts.is_some()
-                    || env
-                        .as_ref()
-                        .is_some_and(|env| !data_hosts(&job, env).is_empty())
+            None => None,
+        };
+        let asked = Asked {
+            mode,
+            hosts_given: hosts.is_some(),
+            threads,
+            local_ranks: local_world_size,
+        };
+        let decided = match input::decide(&job, env.as_ref(), &asked) {
+            Ok(decided) => decided,
+            // Outside a job the hosts are the caller's to give: say so in the Loader's words.
+            Err(_) if env.is_none() => {
+                return Err(ConfigurationError::new_err(
+                    "mode `remote` outside a job needs `hosts` (\"host:port\" of every data server)",
+                ));
             }
+            Err(e) => return Err(ConfigurationError::new_err(e.to_string())),
         };
         let tune = move |config: &mut ClientConfig| {
             if let Some(t) = connect_timeout {
@@ -158,43 +168,40 @@ impl NativeLoader {
             (None, _, Some(spec)) => spec_channels(&job, spec),
             (None, None, None) => Ok(BTreeMap::new()),
         };
-        let input = if remote {
-            // Hybrid input: inside a job this host's share of its spare cores (the spec's, as
-            // `hetgen plan` counts it), divided among its local ranks; `threads` says outright.
-            let hybrid = match threads {
-                Some(t) => t as u32,
-                None if env.is_some() => local_threads(&job, local_world_size),
-                None => 0,
-            };
-            let dirs = if hybrid > 0 { Some(channels()?) } else { None };
-            let client = connect(py, &job, env.as_ref(), hosts, token, rank, trainer_id, tune)?;
-            let client = match dirs {
-                Some(channels) => {
-                    let engine = Engine::new(
-                        &job,
-                        &StageRegistry::builtin(),
-                        &channels,
-                        Some(hybrid as usize),
-                    )
-                    .map_err(|e| errors::to_py(&e))?;
-                    client
-                        .with_local(Arc::new(engine))
-                        .map_err(|e| errors::to_py(&e))?
-                }
-                None => client,
-            };
-            Input::Remote(Arc::new(client))
-        } else {
-            let channels = channels()?;
-            // Ranks of one host share its cores: each gets its part unless the spec says.
-            let threads = threads
-                .or(job.pipeline.threads.map(|t| t as usize))
-                .unwrap_or_else(|| {
-                    (hetgen_pipeline::available_cores() / local_world_size.max(1) as usize).max(1)
-                });
-            let engine = Engine::new(&job, &StageRegistry::builtin(), &channels, Some(threads))
+        let input = match decided.mode {
+            Mode::Remote => {
+                let dirs = match decided.threads {
+                    0 => None,
+                    _ => Some(channels()?),
+                };
+                let client = connect(py, &job, env.as_ref(), hosts, token, rank, trainer_id, tune)?;
+                let client = match dirs {
+                    Some(channels) => {
+                        let engine = Engine::new(
+                            &job,
+                            &StageRegistry::builtin(),
+                            &channels,
+                            Some(decided.threads),
+                        )
+                        .map_err(|e| errors::to_py(&e))?;
+                        client
+                            .with_local(Arc::new(engine))
+                            .map_err(|e| errors::to_py(&e))?
+                    }
+                    None => client,
+                };
+                Input::Remote(Arc::new(client))
+            }
+            Mode::Local => {
+                let engine = Engine::new(
+                    &job,
+                    &StageRegistry::builtin(),
+                    &channels()?,
+                    Some(decided.threads),
+                )
                 .map_err(|e| errors::to_py(&e))?;
-            Input::Local(Arc::new(engine))
+                Input::Local(Arc::new(engine))
+            }
         };
         let samples_per_epoch = match &input {
             Input::Local(engine) => engine.samples_per_epoch(),

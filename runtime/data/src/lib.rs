@@ -18,6 +18,7 @@ pub mod checksum;
 /// The allocator tuning every process that moves batches applies (it lives with the engine).
 pub use hetgen_pipeline::tune_allocator;
 pub mod client;
+pub mod input;
 pub mod role;
 pub mod server;
 mod throttle;

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use hetgen_data::client::{Client, connect_to_job, data_hosts, local_threads, trainer_id};
+use hetgen_data::client::{Client, connect_to_job, data_hosts, trainer_id};
+use hetgen_data::input::{Asked, Mode};
 use hetgen_env::Env;
 use hetgen_pipeline::{
     BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,
@@ -22,15 +23,16 @@ pub fn run(
     stages: &StageRegistry,
     args: &Args,
 ) -> Result<Summary, BoxError> {
-    let hosts = data_hosts(job, env);
-    let choice = match (args.input, hosts.is_empty()) {
-        (Some(InputChoice::Remote), true) => {
-            return Err("--input remote: the job has no data hosts to stream from".into());
-        }
-        (Some(choice), _) => choice,
-        (None, true) => InputChoice::Local,
-        (None, false) => InputChoice::Remote,
+    let asked = Asked {
+        mode: args.input.map(|choice| match choice {
+            InputChoice::Remote => Mode::Remote,
+            InputChoice::Local => Mode::Local,
+        }),
+        local_ranks: 1,
+        ..Asked::default()
     };
+    let input = hetgen_data::input::decide(job, Some(env), &asked)
+        .map_err(|e| format!("--input remote: {e}"))?;
     let paths = Paths {
         model_dir: env.paths.model_dir(),
         checkpoint_dir: env.paths.checkpoint_dir(),
@@ -61,16 +63,14 @@ pub fn run(
         world: 1,
         deterministic: trainer.deterministic,
     };
-    match choice {
-        InputChoice::Local => {
-            // A homogeneous job's trainer is its only pipeline, sized as `plan` counts it;
-            // `--input local` on a heterogeneous job (an A/B run) keeps the cores it always had.
-            let threads = if job.is_homogeneous() {
-                Some(local_threads(job, 1) as usize)
-            } else {
-                job.pipeline.threads.map(|t| t as usize)
-            };
-            let engine = Arc::new(Engine::new(job, stages, &env.channel_dirs, threads)?);
+    match input.mode {
+        Mode::Local => {
+            let engine = Arc::new(Engine::new(
+                job,
+                stages,
+                &env.channel_dirs,
+                Some(input.threads),
+            )?);
             tracing::info!(
                 threads = engine.threads(),
                 "input: the pipeline on this instance's own cores"
@@ -85,16 +85,16 @@ pub fn run(
                 s
             });
             let result = result.and_then(|s| record(s, &paths));
-            if !hosts.is_empty() {
+            if !data_hosts(job, env).is_empty() {
                 // `--input local` on a heterogeneous job: its data hosts served nothing, but they
                 // must still end with the trainer rather than by their watchdog.
                 shutdown_unused(job, env, &result);
             }
             Ok(result?)
         }
-        InputChoice::Remote => {
+        Mode::Remote => {
             let client = connect_to_job(job, env, trainer_id(env, 0), None, |_| {})?;
-            let client = match local_threads(job, 1) {
+            let client = match input.threads {
                 0 => {
                     tracing::info!("input: the data servers");
                     client
@@ -104,8 +104,7 @@ pub fn run(
                         threads,
                         "input: the data servers and this host's own pipeline (hybrid)"
                     );
-                    let engine =
-                        Engine::new(job, stages, &env.channel_dirs, Some(threads as usize))?;
+                    let engine = Engine::new(job, stages, &env.channel_dirs, Some(threads))?;
                     client.with_local(Arc::new(engine))?
                 }
             };
