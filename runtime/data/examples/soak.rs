@@ -23,8 +23,10 @@ use std::time::{Duration, Instant};
 
 use hetgen_data::audit::AuditFile;
 use hetgen_data::client::{Client, ClientConfig};
+use hetgen_fixtures::InstanceTrees;
 use hetgen_pipeline::plan::EpochPlan;
 use hetgen_pipeline::{BatchStream, InputConfig};
+use hetgen_spec::model::Job;
 
 const TOKEN: &str = "soak-0123456789abcdef0123456789";
 const SEED: u64 = 11;
@@ -33,38 +35,20 @@ const SHARD_SIZE: u32 = 128;
 const BATCH_SIZE: u32 = 32;
 const SHAPE: [u32; 3] = [64, 64, 3];
 
-fn spec() -> String {
-    format!(
-        r#"version = 1
-[job]
-name = "soak"
-seed = {SEED}
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 3
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[pipeline]
-source = {{ format = "synthetic", shape = [80, 80, 3], classes = 10, samples = {SAMPLES} }}
-batch_size = {BATCH_SIZE}
-shard_size = {SHARD_SIZE}
-threads = 1
-[[pipeline.stage]]
-op = "random_resized_crop"
-size = [{}, {}]
-[[pipeline.stage]]
-op = "horizontal_flip"
-[trainer]
-model = "mlp"
-steps = 10
-"#,
-        SHAPE[0], SHAPE[1]
-    )
+/// The soak's job: the shared `data-test` job at the soak's scale, with `servers` data hosts.
+fn job(servers: usize) -> Job {
+    hetgen_fixtures::spec("data-test")
+        .set("job.name", "soak")
+        .set("job.seed", SEED)
+        .set("instance_group.0.count", servers)
+        .set("pipeline.source.shape", [80, 80, 3])
+        .set("pipeline.source.classes", 10)
+        .set("pipeline.source.samples", SAMPLES)
+        .set("pipeline.batch_size", BATCH_SIZE)
+        .set("pipeline.shard_size", SHARD_SIZE)
+        .set("pipeline.threads", 1)
+        .set("pipeline.stage.0.size", [SHAPE[0], SHAPE[1]])
+        .job()
 }
 
 /// `--name value` from the command line.
@@ -435,42 +419,16 @@ fn strike(procs: &mut [Proc], rng: &mut Rng, totals: &mut Totals, round: u32, st
 
 /// Job file, SageMaker trees and hosts file for `servers` data hosts; their (name, address).
 fn setup(dir: &Path, servers: usize, net: u8) -> Vec<(String, String)> {
-    let job = hetgen_spec::check("soak.toml", &spec())
-        .job
-        .expect("the soak spec is valid");
-    let job_file = serde_json::json!({
-        "generated_by": "soak", "spec": "soak.toml", "spec_sha256": "", "job": job,
-    });
-    std::fs::write(dir.join("job.json"), job_file.to_string()).unwrap();
-    let data: Vec<String> = (1..=servers).map(|i| format!("algo-{i}")).collect();
-    let trainer = format!("algo-{}", servers + 1);
-    let mut all = data.clone();
-    all.push(trainer.clone());
-    let mut hosts_txt = String::new();
-    let mut out = Vec::new();
-    for (i, host) in all.iter().enumerate() {
-        let ip = format!("127.{net}.0.{}", i + 1);
-        hosts_txt.push_str(&format!("{ip} {host}\n"));
-        if *host != trainer {
-            out.push((host.clone(), ip));
-        }
-        let config = serde_json::json!({
-            "current_group_name": if *host == trainer { "dnn_group" } else { "data_group" },
-            "current_host": host,
-            "current_instance_type": "ml.c5.xlarge",
-            "hosts": all,
-            "instance_groups": [
-                {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": data},
-                {"instance_group_name": "dnn_group", "instance_type": "ml.m5.xlarge", "hosts": [trainer]},
-            ],
-            "network_interface_name": "eth0",
-        });
-        let tree = dir.join(host).join("input/config");
-        std::fs::create_dir_all(&tree).unwrap();
-        std::fs::write(tree.join("resourceconfig.json"), config.to_string()).unwrap();
-    }
-    std::fs::write(dir.join("hosts.txt"), hosts_txt).unwrap();
-    out
+    let job = job(servers);
+    hetgen_fixtures::write_job_file(dir, &job, "soak.toml");
+    let trees = InstanceTrees::lay_out(dir, &job);
+    let address = |n: usize| format!("127.{net}.0.{n}");
+    trees.write_hosts_file(address);
+    // The data hosts come first: `algo-N` for N from 1.
+    (1..)
+        .zip(trees.hosts_of("data_group"))
+        .map(|(n, host)| (host, address(n)))
+        .collect()
 }
 
 /// Compare what the trainers of `round` yielded with the epoch plan, epoch by epoch.

@@ -29,28 +29,6 @@ use hetgen_data::server::Batches;
 use hetgen_pipeline::{Batch, BatchStream, InputConfig, PipelineError};
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
-const SPEC: &str = r#"
-version = 1
-[job]
-name = "stream-bench"
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 2
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[pipeline]
-source = { format = "synthetic", shape = [224, 224, 3], classes = 10, samples = 100000 }
-batch_size = 128
-shard_size = 1024
-[trainer]
-model = "resnet18"
-steps = 1
-"#;
 
 /// A producer of ready batches: every shard's batches are one prepared buffer, shared, so
 /// the rows time the service (framing, HTTP/2 flow control, checksums, scheduling, the
@@ -250,9 +228,8 @@ fn main() {
     if std::env::var_os("HETGEN_DEFAULT_MALLOC").is_none() {
         hetgen_data::tune_allocator();
     }
-    let job = hetgen_spec::check("stream-bench.toml", SPEC)
-        .job
-        .expect("valid bench spec");
+    // The job bench/python_stream.py gives `hetgen.Loader` too.
+    let job = hetgen_fixtures::spec("stream-bench").job();
     match args.first().map(String::as_str) {
         Some("serve") => {
             return serve_for_others(args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1));

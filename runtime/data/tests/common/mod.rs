@@ -15,11 +15,9 @@ use hetgen_spec::model::Job;
 
 pub const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
+/// The shared fixture `data-test`: three data hosts and one trainer host on a synthetic source.
 pub fn job() -> Job {
-    let text = include_str!("data-test.toml");
-    hetgen_spec::check("data-test.toml", text)
-        .job
-        .expect("the test spec is valid")
+    hetgen_fixtures::spec("data-test").job()
 }
 
 pub fn engine(job: &Job) -> Arc<Engine> {
