@@ -7,64 +7,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
+use hetgen_fixtures::{Spec, spec};
 use hetgen_pipeline::{Engine, InputConfig, LocalInput, StageRegistry};
 use hetgen_spec::model::{Device, Role};
-
-const DIGITS: &str = r#"
-version = 1
-[job]
-name = "digits"
-seed = 7
-
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 2
-role = "data"
-
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-
-[[channel]]
-name = "train"
-uri = "s3://example-bucket/digits/train/"
-local_path = "data/train"
-instance_groups = ["data_group"]
-
-[pipeline]
-source = { format = "image-folder", channel = "train" }
-batch_size = 32
-shard_size = 128
-
-[[pipeline.stage]]
-op = "decode"
-channels = 1
-
-[[pipeline.stage]]
-op = "resize"
-size = [28, 28]
-
-[[pipeline.stage]]
-op = "normalize"
-mean = [0.3]
-std = [0.4]
-
-[trainer]
-model = "mnist-cnn"
-steps = 200
-optimizer = { name = "adam", lr = 0.002 }
-device = "cpu"
-log_every = 20
-"#;
 
 #[test]
 fn a_cnn_trained_through_two_data_servers_classifies_held_out_digits() {
     let dir = tempfile::tempdir().unwrap();
     write_digits(&dir.path().join("data"));
-    let job = job(DIGITS);
+    let job = spec("digits").job();
     let local = prepare(&job, dir.path(), 3);
     let record = run_completed(&local);
 
@@ -121,52 +72,9 @@ fn a_cnn_trained_through_two_data_servers_classifies_held_out_digits() {
     );
 }
 
-const SYNTHETIC: &str = r#"
-version = 1
-[job]
-name = "ab"
-seed = 11
-
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 2
-role = "data"
-
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-
-[pipeline]
-source = { format = "synthetic", shape = [16, 16, 3], classes = 4, samples = 640, encoding = "png" }
-batch_size = 16
-shard_size = 48
-
-[[pipeline.stage]]
-op = "decode"
-
-[[pipeline.stage]]
-op = "random_resized_crop"
-size = [12, 12]
-scale = [0.5, 1.0]
-
-[[pipeline.stage]]
-op = "horizontal_flip"
-
-[trainer]
-model = "mlp"
-steps = 60
-optimizer = { name = "sgd", lr = 0.05, momentum = 0.9 }
-device = "cpu"
-log_every = 1
-deterministic = true
-"#;
-
 #[test]
 fn remote_and_local_input_give_the_same_loss_sequence() {
-    let job = job(SYNTHETIC);
+    let job = spec("ab").job();
     let remote_dir = tempfile::tempdir().unwrap();
     let audit = remote_dir.path().join("audit.txt");
     let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
@@ -201,15 +109,15 @@ fn remote_and_local_input_give_the_same_loss_sequence() {
     assert!(a[0].1 > a[59].1, "the model learned nothing: {a:?}");
 }
 
-/// [`SYNTHETIC`] with hybrid input: the trainer host's pipeline keeps no vCPU back, so it
+/// The `ab` job with hybrid input: the trainer host's pipeline keeps no vCPU back, so it
 /// preprocesses beside the two data hosts.
-fn hybrid_spec() -> String {
-    SYNTHETIC.replace("shard_size = 48", "shard_size = 48\nreserve_vcpus = 0")
+fn hybrid_spec() -> Spec {
+    spec("ab").set("pipeline.reserve_vcpus", 0)
 }
 
 #[test]
 fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
-    let job = job(&hybrid_spec());
+    let job = hybrid_spec().job();
     let dir = tempfile::tempdir().unwrap();
     let audit = dir.path().join("audit.txt");
     let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
@@ -239,8 +147,7 @@ fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
 
     // Deterministic mode: the same batches in the same order as the data hosts alone.
     let remote_dir = tempfile::tempdir().unwrap();
-    let remote_job =
-        self::job(&SYNTHETIC.replace("shard_size = 48", "shard_size = 48\ntrainer_threads = 0"));
+    let remote_job = spec("ab").set("pipeline.trainer_threads", 0).job();
     let remote = run_completed(&prepare(&remote_job, remote_dir.path(), 2));
     let remote_summary = remote.summary.clone().unwrap();
     assert_eq!(remote_summary.local_threads, 0);
@@ -261,10 +168,11 @@ fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
 /// resumed input mixes the trainer's own batches with the data hosts'.
 #[test]
 fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() {
-    let spec = hybrid_spec()
-        .replace("steps = 60", "steps = 90\ncheckpoint_every = 10")
-        .replace("log_every = 1", "log_every = 10");
-    let job = job(&spec);
+    let job = hybrid_spec()
+        .set("trainer.steps", 90)
+        .set("trainer.checkpoint_every", 10)
+        .set("trainer.log_every", 10)
+        .job();
     let whole_dir = tempfile::tempdir().unwrap();
     let whole = run_completed(&prepare(&job, whole_dir.path(), 5));
 

@@ -76,45 +76,14 @@ impl Source for Files {
     }
 }
 
-/// The training pipeline of the comparison as a job, at `size`×`size`, reading `source`.
+/// The training pipeline of the comparison as a job: the `pipeline-bench` fixture spec (the one
+/// `bench/pipeline.sh` profiles) at `size`×`size`, reading `source`.
 fn job(size: u32, source: &str, batch_size: u32) -> hetgen_spec::Job {
-    let spec = format!(
-        r#"
-version = 1
-[job]
-name = "pipeline-bench"
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 1
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[[channel]]
-name = "train"
-uri = "s3://bucket/train"
-local_path = "train"
-[pipeline]
-source = {source}
-batch_size = {batch_size}
-stage = [
-  {{ op = "decode" }},
-  {{ op = "random_resized_crop", size = [{size}, {size}] }},
-  {{ op = "horizontal_flip" }},
-  {{ op = "normalize", mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225] }},
-]
-[trainer]
-model = "resnet18"
-steps = 1
-"#
-    );
-    let checked = hetgen_spec::check("pipeline-bench.toml", &spec);
-    checked
-        .job
-        .unwrap_or_else(|| panic!("invalid bench spec: {:?}", checked.report.problems))
+    hetgen_fixtures::spec("pipeline-bench")
+        .set_toml("pipeline.source", source)
+        .set("pipeline.batch_size", batch_size)
+        .set("pipeline.stage.1.size", [size, size])
+        .job()
 }
 
 /// The training pipeline of the comparison over the fixtures in memory, at `size`×`size`.
@@ -143,11 +112,7 @@ fn profile(dir: &Path, budget: Duration) -> f64 {
             .expect("copy fixture");
         }
     }
-    let job = job(
-        224,
-        r#"{ format = "image-folder", channel = "train" }"#,
-        128,
-    );
+    let job = hetgen_fixtures::spec("pipeline-bench").job();
     let channels = [("train".to_owned(), folder)].into();
     let engine = Engine::new(&job, &StageRegistry::builtin(), &channels, Some(1)).expect("engine");
     let measured = hetgen_pipeline::profile::measure(

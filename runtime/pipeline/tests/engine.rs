@@ -12,41 +12,14 @@ use hetgen_pipeline::{
 use hetgen_spec::model::Job;
 use proptest::prelude::*;
 
+/// The `pipeline-test` fixture job reading `source` in batches of `batch`, through `stages`
+/// (`[[pipeline.stage]]` tables).
 fn job(source: &str, batch: u32, stages: &str) -> Job {
-    let text = format!(
-        r#"
-version = 1
-[job]
-name = "pipeline-test"
-seed = 5
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 1
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[[channel]]
-name = "train"
-uri = "s3://bucket/train/"
-local_path = "data"
-[pipeline]
-source = {source}
-batch_size = {batch}
-shard_size = 10
-{stages}
-[trainer]
-model = "mlp"
-steps = 1
-"#
-    );
-    let checked = hetgen_spec::check("test.toml", &text);
-    checked
-        .job
-        .unwrap_or_else(|| panic!("{:?}", checked.report.problems))
+    hetgen_fixtures::spec("pipeline-test")
+        .set_toml("pipeline.source", source)
+        .set("pipeline.batch_size", batch)
+        .merge(stages)
+        .job()
 }
 
 fn engine(job: &Job, channels: &BTreeMap<String, PathBuf>, threads: usize) -> Engine {

@@ -10,15 +10,6 @@ use std::time::Duration;
 use hetgen_local::{JobRecord, LocalJob, Observer, RunOptions, StopRequests, Stream};
 use hetgen_spec::model::Job;
 
-/// A valid job from spec text.
-pub fn job(text: &str) -> Job {
-    let checked = hetgen_spec::check("hetgen.toml", text);
-    match checked.job {
-        Some(job) => job,
-        None => panic!("test spec is invalid: {:?}", checked.report.problems),
-    }
-}
-
 /// The digits data set as `root/{train,test}/<digit>/<n>.png` (every fifth image held out).
 pub fn write_digits(root: &Path) {
     let manifest =

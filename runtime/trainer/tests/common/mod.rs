@@ -1,4 +1,4 @@
-//! Shared test fixtures: a job parsed from a small spec and a learnable synthetic stream.
+//! Shared test fixtures: the `trainer-test` fixture job and a learnable synthetic stream.
 
 #![allow(dead_code)]
 
@@ -20,43 +20,9 @@ pub const SHARD: u32 = 64;
 /// Samples per batch.
 pub const BATCH: u32 = 16;
 
-const SPEC: &str = r#"
-version = 1
-
-[job]
-name = "trainer-test"
-seed = 11
-
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-
-[pipeline]
-source = { format = "synthetic", shape = [12, 12, 1], classes = 4, samples = 256 }
-batch_size = 16
-shard_size = 64
-
-[[pipeline.stage]]
-op = "normalize"
-mean = [0.2]
-std = [0.3]
-
-[trainer]
-model = "mlp"
-steps = 40
-optimizer = { name = "adam", lr = 0.003 }
-device = "cpu"
-log_every = 10
-"#;
-
 /// The fixture's job: `model` for `steps` steps on the CPU.
 pub fn job(model: Model, steps: u64) -> Job {
-    let checked = hetgen_spec::check("trainer-test.toml", SPEC);
-    let mut job = checked
-        .job
-        .unwrap_or_else(|| panic!("the test spec validates: {:?}", checked.report));
+    let mut job = hetgen_fixtures::spec("trainer-test").job();
     assert_eq!(job.pipeline.output_shape, [SIDE, SIDE, 1]);
     assert_eq!(builtin(&mut job).num_classes, CLASSES);
     builtin(&mut job).model = model;
