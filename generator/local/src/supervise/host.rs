@@ -1,0 +1,182 @@
+//! One host's process: started in a process group of its own, its output copied line by line
+//! into its log and to the supervisor, and its failure reason when it fails.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use hetgen_env::process::Signal;
+
+use super::{Exit, HostCommand, Stream};
+use crate::LocalError;
+
+/// SageMaker's limit on `FailureReason`.
+const MAX_REASON: usize = 1024;
+
+/// What a host's threads tell the supervisor.
+pub(super) enum Event {
+    /// A line of host `i`'s output, without its newline.
+    Line(usize, Stream, String),
+    /// One of a host's two streams ended.
+    Eof,
+    /// Host `i`'s process exited, at that moment.
+    Exited(usize, std::io::Result<ExitStatus>, Instant),
+}
+
+pub(super) fn spawn(
+    i: usize,
+    command: &HostCommand,
+    tx: &Sender<Event>,
+) -> Result<u32, LocalError> {
+    let spawn_error = |source| LocalError::Spawn {
+        host: command.host.name.clone(),
+        program: command.program.clone(),
+        source,
+    };
+    let log_path = command.log_file();
+    let log = File::create(&log_path).map_err(|source| LocalError::Write {
+        path: log_path.clone(),
+        source,
+    })?;
+    let log = Arc::new(Mutex::new(log));
+
+    let mut cmd = Command::new(&command.program);
+    cmd.args(&command.args)
+        .env_clear()
+        .envs(&command.env)
+        .current_dir(&command.base_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: signals reach the host and everything it started, and the terminal's
+        // Ctrl-C reaches only hetgen, which stops the hosts in order.
+        .process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        let cpus = command.cpus.as_deref().map(crate::cpus::cpu_set);
+        let hosts = command.hosts_binding.clone();
+        // SAFETY: between fork and exec the closure makes only system calls.
+        unsafe {
+            cmd.pre_exec(move || {
+                // If hetgen itself is killed outright, the host's leader dies with it.
+                hetgen_env::process::die_with_parent()?;
+                if let Some(hosts) = &hosts {
+                    hosts.apply()?;
+                }
+                match &cpus {
+                    Some(set) => crate::cpus::pin(set),
+                    None => Ok(()),
+                }
+            });
+        }
+    }
+    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    pump(i, Stream::Stdout, stdout, log.clone(), tx.clone());
+    pump(i, Stream::Stderr, stderr, log, tx.clone());
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = tx.send(Event::Exited(i, status, Instant::now()));
+    });
+    Ok(pid)
+}
+
+/// Copies one stream line by line into the host's log and to the supervisor.
+fn pump(
+    i: usize,
+    stream: Stream,
+    from: impl Read + Send + 'static,
+    log: Arc<Mutex<File>>,
+    tx: Sender<Event>,
+) {
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(from);
+        let mut buf = Vec::new();
+        // A failed read ends the stream like EOF: the host closed it or died.
+        while reader.read_until(b'\n', &mut buf).unwrap_or(0) > 0 {
+            if !buf.ends_with(b"\n") {
+                buf.push(b'\n');
+            }
+            {
+                let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                // A full disk loses log lines, not the run: the terminal still shows them.
+                let _ = log.write_all(&buf);
+            }
+            let line = String::from_utf8_lossy(&buf[..buf.len() - 1]).into_owned();
+            if tx.send(Event::Line(i, stream, line)).is_err() {
+                return;
+            }
+            buf.clear();
+        }
+        let _ = tx.send(Event::Eof);
+    });
+}
+
+pub(super) fn to_exit(pid: u32, status: std::io::Result<ExitStatus>, duration: Duration) -> Exit {
+    match status {
+        Ok(status) => Exit {
+            pid,
+            exit_code: status.code(),
+            signal: status.signal(),
+            duration,
+        },
+        Err(_) => Exit {
+            pid,
+            exit_code: None,
+            signal: None,
+            duration,
+        },
+    }
+}
+
+/// Signals the process group led by `pid`. A group that is gone already is not an error.
+pub(super) fn kill_group(pid: u32, signal: Signal) {
+    let _ = hetgen_env::process::signal_group(pid, signal);
+}
+
+/// SageMaker's form: `AlgorithmError: <the failure file>`, with where it happened.
+pub(super) fn failure_reason(command: &HostCommand, exit: &Exit) -> String {
+    let host = &command.host;
+    let file = read_failure(&command.base_dir.join("output/failure"));
+    let reason = match file {
+        Some(text) => format!(
+            "AlgorithmError: {text} ({} in {}, {})",
+            host.name,
+            host.group,
+            exit.describe()
+        ),
+        None => format!(
+            "AlgorithmError: {} in {} ended with {}",
+            host.name,
+            host.group,
+            exit.describe()
+        ),
+    };
+    truncate(reason, MAX_REASON)
+}
+
+fn read_failure(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max - 3;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
+    }
+    text
+}

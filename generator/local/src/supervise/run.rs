@@ -1,0 +1,280 @@
+//! Watching the hosts until the job ends, and ending it as SageMaker does.
+
+use std::process::ExitStatus;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime};
+
+use hetgen_env::process::Signal;
+
+use super::host::{Event, failure_reason, kill_group, spawn, to_exit};
+use super::{Exit, HostCommand, Limits, Observer, Outcome, Status, StopRequests};
+use crate::{LocalError, Step};
+
+/// How often stop requests and deadlines are looked at when nothing else happens.
+const POLL: Duration = Duration::from_millis(50);
+/// How long output may keep coming after every host exited: only a process that left its
+/// host's process group can still hold a pipe open, and it must not hang the run.
+const DRAIN: Duration = Duration::from_secs(2);
+
+pub(super) struct Running {
+    pid: u32,
+    started: Instant,
+    exit: Option<Exit>,
+}
+
+/// Why a run that did not complete is ending. A run without one completes when its hosts have.
+#[derive(Debug, Clone, PartialEq)]
+enum Ending {
+    /// A host failed; its failure reason.
+    Failed(String),
+    /// A stop was requested (Ctrl-C, SIGTERM).
+    Stopped,
+    /// The max runtime, this long, passed.
+    MaxRuntimeExceeded(Duration),
+}
+
+impl Ending {
+    fn status(&self) -> Status {
+        match self {
+            Ending::Failed(_) => Status::Failed,
+            Ending::Stopped | Ending::MaxRuntimeExceeded(_) => Status::Stopped,
+        }
+    }
+
+    /// SageMaker's secondary status.
+    fn secondary_status(&self) -> &'static str {
+        match self {
+            Ending::Failed(_) => "Failed",
+            Ending::Stopped => "Stopped",
+            Ending::MaxRuntimeExceeded(_) => "MaxRuntimeExceeded",
+        }
+    }
+
+    /// The job's failure reason, also what the observer is told when the stop begins.
+    fn reason(&self) -> String {
+        match self {
+            Ending::Failed(reason) => reason.clone(),
+            Ending::Stopped => "stopped on request (Ctrl-C or SIGTERM)".to_owned(),
+            Ending::MaxRuntimeExceeded(limit) => format!(
+                "the job ran past its max runtime of {} s",
+                limit.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// Starts one process per host. Should one not start, those already started are killed.
+pub(super) fn start_hosts(
+    commands: &[HostCommand],
+    observer: &mut dyn Observer,
+) -> Result<(Vec<Running>, Receiver<Event>), LocalError> {
+    let (tx, rx) = mpsc::channel();
+    let mut hosts: Vec<Running> = Vec::with_capacity(commands.len());
+    for (i, command) in commands.iter().enumerate() {
+        match spawn(i, command, &tx) {
+            Ok(pid) => {
+                observer.started(&command.host, pid);
+                hosts.push(Running {
+                    pid,
+                    started: Instant::now(),
+                    exit: None,
+                });
+            }
+            Err(e) => {
+                // Those already started must not outlive a run that never began.
+                for h in &hosts {
+                    kill_group(h.pid, Signal::KILL);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok((hosts, rx))
+}
+
+/// A run in progress: its hosts and where their stop stands.
+pub(super) struct Run<'a> {
+    commands: &'a [HostCommand],
+    hosts: Vec<Running>,
+    limits: Limits,
+    /// When the max runtime passes; `None` without one (or one too far off to be an `Instant`).
+    deadline: Option<Instant>,
+    ending: Option<Ending>,
+    /// When the hosts still running get SIGKILL, once they were asked to stop.
+    kill_at: Option<Instant>,
+    killed: bool,
+    /// Host output streams not yet at their end.
+    open_streams: usize,
+    /// How long output may still come once every host exited.
+    drain_until: Option<Instant>,
+    stops_seen: usize,
+}
+
+impl<'a> Run<'a> {
+    pub(super) fn new(
+        commands: &'a [HostCommand],
+        hosts: Vec<Running>,
+        limits: Limits,
+        started_at: Instant,
+        stops_seen: usize,
+    ) -> Run<'a> {
+        Run {
+            commands,
+            hosts,
+            limits,
+            // A limit too far off to be an `Instant` is no limit (checked: it is the user's
+            // number).
+            deadline: limits.max_runtime.and_then(|d| started_at.checked_add(d)),
+            ending: None,
+            kill_at: None,
+            killed: false,
+            open_streams: 2 * commands.len(),
+            drain_until: None,
+            stops_seen,
+        }
+    }
+
+    /// Handles events and moments to act on until every host exited and its output is read.
+    pub(super) fn watch(
+        &mut self,
+        events: &Receiver<Event>,
+        stop: &StopRequests,
+        observer: &mut dyn Observer,
+    ) {
+        loop {
+            if self.hosts.iter().all(|h| h.exit.is_some()) {
+                let until = *self
+                    .drain_until
+                    .get_or_insert_with(|| Instant::now() + DRAIN);
+                if self.open_streams == 0 || Instant::now() >= until {
+                    return;
+                }
+            }
+            match events.recv_timeout(self.next_wait()) {
+                Ok(Event::Line(i, stream, line)) => {
+                    let host = &self.commands[i].host;
+                    observer.output(host, stream, &line);
+                    // Either stream: a script's output may reach the host's stderr on its way
+                    // through torchrun and the training toolkit.
+                    if let Some(step) = Step::parse(&line) {
+                        observer.step(host, &step);
+                    }
+                }
+                Ok(Event::Eof) => self.open_streams -= 1,
+                Ok(Event::Exited(i, status, at)) => self.exited(i, status, at, observer),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.look_at_stop_requests(stop, observer);
+            if self.ending.is_none()
+                && let Some(limit) = self.limits.max_runtime
+                && self.deadline.is_some_and(|d| Instant::now() >= d)
+            {
+                self.end(Ending::MaxRuntimeExceeded(limit), observer);
+            }
+            if !self.killed && self.kill_at.is_some_and(|t| Instant::now() >= t) {
+                self.killed = true;
+                for h in self.hosts.iter().filter(|h| h.exit.is_none()) {
+                    kill_group(h.pid, Signal::KILL);
+                }
+            }
+        }
+    }
+
+    /// How long to wait for the next event: until the next moment still to act on, at most
+    /// [`POLL`]. A moment already acted on is in the past and would make every wait zero,
+    /// spinning for the whole grace period.
+    fn next_wait(&self) -> Duration {
+        let pending = [
+            self.deadline.filter(|_| self.ending.is_none()),
+            self.kill_at.filter(|_| !self.killed),
+            self.drain_until,
+        ];
+        pending.into_iter().flatten().fold(POLL, |wait, t| {
+            wait.min(t.saturating_duration_since(Instant::now()))
+        })
+    }
+
+    /// Host `i` exited: its group goes, and a failure ends the job.
+    fn exited(
+        &mut self,
+        i: usize,
+        status: std::io::Result<ExitStatus>,
+        at: Instant,
+        observer: &mut dyn Observer,
+    ) {
+        let command = &self.commands[i];
+        let h = &mut self.hosts[i];
+        // The container ends with its entry point: nothing it started survives it.
+        kill_group(h.pid, Signal::KILL);
+        let exit = to_exit(h.pid, status, at.duration_since(h.started));
+        observer.exited(&command.host, &exit);
+        let failed = self.ending.is_none() && !exit.success();
+        let reason = failed.then(|| failure_reason(command, &exit));
+        h.exit = Some(exit);
+        if let Some(reason) = reason {
+            self.end(Ending::Failed(reason), observer);
+        }
+    }
+
+    /// A stop request ends the job; a second one does not wait out the grace period.
+    fn look_at_stop_requests(&mut self, stop: &StopRequests, observer: &mut dyn Observer) {
+        let stops = stop.count();
+        if stops <= self.stops_seen {
+            return;
+        }
+        self.stops_seen = stops;
+        if self.ending.is_none() {
+            self.end(Ending::Stopped, observer);
+        } else {
+            self.kill_at = Some(Instant::now());
+        }
+    }
+
+    /// Ends the job as StopTrainingJob does: SIGTERM to every host still running, SIGKILL after
+    /// the grace period.
+    fn end(&mut self, ending: Ending, observer: &mut dyn Observer) {
+        observer.stopping(&ending.reason());
+        self.ending = Some(ending);
+        for h in self.hosts.iter().filter(|h| h.exit.is_none()) {
+            kill_group(h.pid, Signal::TERM);
+        }
+        self.kill_at = Instant::now().checked_add(self.limits.grace);
+    }
+
+    /// The outcome, once no process of any host is left.
+    pub(super) fn finish(self, start: SystemTime) -> Outcome {
+        // Belt and braces: every group is gone already, unless the watch ended by disconnection.
+        for h in &self.hosts {
+            kill_group(h.pid, Signal::KILL);
+        }
+        let (status, secondary_status, failure_reason) = match &self.ending {
+            None => (Status::Completed, "Completed", None),
+            Some(ending) => (
+                ending.status(),
+                ending.secondary_status(),
+                Some(ending.reason()),
+            ),
+        };
+        let exits = self
+            .hosts
+            .into_iter()
+            .map(|h| {
+                h.exit.unwrap_or(Exit {
+                    pid: h.pid,
+                    exit_code: None,
+                    signal: None,
+                    duration: h.started.elapsed(),
+                })
+            })
+            .collect();
+        Outcome {
+            status,
+            secondary_status: secondary_status.to_owned(),
+            failure_reason,
+            start,
+            end: SystemTime::now(),
+            exits,
+        }
+    }
+}
