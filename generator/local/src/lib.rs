@@ -15,6 +15,8 @@
 //! - [`supervise`]: running the hosts and ending the job as SageMaker would (Completed, Failed,
 //!   Stopped), leaving no process behind.
 //! - [`record`]: `job-record.json` in the job folder.
+//! - [`bench`]: one job run three ways for `hetgen bench` (preprocessing on the trainer host,
+//!   on data hosts, on both), the trainer on the same cores each time, measured.
 //!
 //! # Host isolation: loopback addresses, not network namespaces
 //!
@@ -31,6 +33,7 @@
 //! Linux only: process groups and `PR_SET_PDEATHSIG` keep processes from outliving the run, and
 //! `sched_setaffinity` gives CPU sets.
 
+pub mod bench;
 pub mod cpus;
 mod error;
 pub mod framework;

@@ -1,29 +1,21 @@
-//! `hetgen bench [SPEC]`: the job run locally three times with the same step count —
-//! homogeneous (the trainer host alone, preprocessing on its own cores), remote-only (the same
-//! trainer host streaming from the data hosts on the machine's other cores, its own pipeline
-//! off) and hybrid (both: the trainer host's pipeline, with as many threads as it had alone,
-//! takes shards beside the data hosts) — then priced per step.
+//! `hetgen bench [SPEC]`: the job run locally three times with the same step count and the
+//! trainer host on the same cores (homogeneous, remote-only and hybrid, as
+//! [`hetgen_local::bench`] runs them), then priced per step.
 //!
-//! Every run uses the rendered launcher and the real runtime, so what differs is only where the
-//! pipeline runs. The trainer host gets the same cores in all three; the data hosts share the
-//! rest, so the sides never share a core. Hybrid's samples/s against the sum of the other two
-//! (`hybrid_ratio`) says how much of both sides' work it combines. Writes `bench.json` and
-//! `bench.svg` (step time, samples/s and stall per configuration).
+//! Hybrid's samples/s against the sum of the other two (`hybrid_ratio`) says how much of both
+//! sides' work it combines. Writes `bench.json` and `bench.svg` (step time, samples/s and stall
+//! per configuration).
 //!
 //! `--input-only` runs the trainer without its model (the launcher's `--input-only`): each
 //! configuration then measures its input's ceiling. On a CPU-only machine that is the fair
 //! comparison of where preprocessing runs, because a real model step would share the trainer
 //! host's cores with its own pipeline, which a GPU host's model does not.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
-use hetgen_env::JobFile;
-use hetgen_local::supervise::Status;
-use hetgen_local::{CpuPolicy, Limits, Observer, RunOptions, StopRequests};
-use hetgen_spec::Job;
-use hetgen_spec::model::{Length, Role, Trainer, TrainerCpus};
+use hetgen_local::bench::{BenchError, Configuration, Measurement, Runs, Setup};
+use hetgen_local::{Observer, StopRequests};
 use serde::Serialize;
 
 use super::{build_launcher, ensure_fresh, render_spec};
@@ -71,205 +63,145 @@ pub struct Bench {
     pub hybrid_ratio: f64,
 }
 
+impl Config {
+    /// `measured` at the cluster's price per hour.
+    fn priced(measured: Measurement, price_per_hour: f64) -> Config {
+        Config {
+            configuration: measured.configuration.to_owned(),
+            instances: measured.instances,
+            price_per_hour,
+            mean_step_ms: measured.mean_step_ms,
+            cost_per_step: hetgen_plan::cost_per_step(price_per_hour, measured.mean_step_ms),
+            stall_fraction: measured.stall_fraction,
+            samples_per_s: measured.samples_per_s,
+            steps: measured.steps,
+            trainer_cores: measured.trainer_cores,
+            data_cores: measured.data_cores,
+            job_dir: measured.job_dir,
+        }
+    }
+}
+
+impl Bench {
+    fn new(args: &BenchArgs, job: &str, setup: &Setup, configs: [Config; 3]) -> Bench {
+        let [homogeneous, heterogeneous, hybrid] = configs;
+        Bench {
+            spec: args.spec.display().to_string(),
+            job: job.to_owned(),
+            steps: setup.steps,
+            input_only: setup.input_only,
+            improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
+            speedup: homogeneous.mean_step_ms / heterogeneous.mean_step_ms,
+            hybrid_improvement: 1.0 - hybrid.cost_per_step / homogeneous.cost_per_step,
+            hybrid_speedup: homogeneous.mean_step_ms / hybrid.mean_step_ms,
+            hybrid_ratio: hybrid.samples_per_s
+                / (homogeneous.samples_per_s + heterogeneous.samples_per_s),
+            homogeneous,
+            heterogeneous,
+            hybrid,
+        }
+    }
+}
+
 pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
     let (job, rendered) = render_spec(&args.spec)?;
     ensure_fresh(&rendered, &args.out)?;
-    let bad = |why: &str, hint: &str| Failure::Bench {
-        spec: args.spec.clone(),
-        why: why.to_owned(),
-        hint: hint.to_owned(),
-    };
-    if !job.groups.iter().any(|g| g.role == Role::Data) {
-        return Err(bad(
-            "the job has no data group",
-            "bench compares a job with data hosts against its trainer alone",
-        ));
-    }
-    let Some(trainer) = job.trainer.builtin() else {
-        return Err(bad(
-            "the job's trainer is a script",
-            "bench times the built-in trainer; time a script-mode job with `hetgen deploy --local`",
-        ));
-    };
+    let failure = |e| failure(args, e);
+    let setup =
+        Setup::new(&job, args.steps, args.trainer_cores, args.input_only).map_err(failure)?;
     let job_root = args.out.join(&rendered.dir);
-    let steps = args.steps.unwrap_or(match trainer.length {
-        Length::Steps(n) => n.min(200),
-        Length::Epochs(_) => 100,
-    });
-    let mut base = job.clone();
-    if let Trainer::Builtin(trainer) = &mut base.trainer {
-        trainer.length = Length::Steps(steps.max(1));
-        trainer.checkpoint_every = None;
-    }
-    // Remote-only: the trainer's own pipeline off, whatever the spec says.
-    let mut hetero = base.clone();
-    hetero.pipeline.trainer_cpus = TrainerCpus::Threads(0);
-    // Homogeneous: the trainer alone, its pipeline sized as the spec sizes it there.
-    let mut homo = base.clone();
-    homo.groups.retain(|g| g.role == Role::Trainer);
-    // The trainer host preprocesses alone now, so it needs every channel, including those the
-    // spec delivers only to data groups.
-    for channel in &mut homo.channels {
-        channel.instance_groups.clear();
-    }
-
-    let cores = hetgen_local::cpus::available();
-    if cores.len() < 2 {
-        return Err(bad(
-            "this machine lets hetgen use one core",
-            "bench needs at least two: one for the trainer, one for data",
-        ));
-    }
-    let k = args
-        .trainer_cores
-        .unwrap_or(cores.len() / 2)
-        .clamp(1, cores.len() - 1);
-    let (trainer_cores, data_cores) = (cores[..k].to_vec(), cores[k..].to_vec());
-    // Hybrid: the trainer host's pipeline with the threads it has alone on the same cores.
-    let mut hybrid = base;
-    let alone = homo.trainer_threads(u32::try_from(k).unwrap_or(u32::MAX));
-    hybrid.pipeline.trainer_cpus = TrainerCpus::Threads(alone);
     let launcher = match &args.launcher {
         Some(path) => hetgen_local::launcher::check_executable(path)?,
         None => build_launcher(&job_root, args.release)?,
     };
-    let results = args
-        .results
-        .clone()
-        .unwrap_or_else(|| job_root.join("bench"));
-    let spec_dir = super::spec_dir(&args.spec).to_owned();
+    let runs = Runs {
+        launcher,
+        results: args
+            .results
+            .clone()
+            .unwrap_or_else(|| job_root.join("bench")),
+        spec: args.spec.clone(),
+        spec_dir: super::spec_dir(&args.spec).to_owned(),
+        caller_env: std::env::vars().collect(),
+    };
 
-    let run_one = |name: &str, job: &Job| -> Result<Config, Failure> {
-        let dir = results.join(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            bad(
-                &format!("cannot create {}: {e}", dir.display()),
-                "choose a writable `--results` folder",
-            )
-        })?;
-        let job_file = dir.join("job.json");
-        let file = JobFile {
-            generated_by: format!("hetgen {} bench", env!("CARGO_PKG_VERSION")),
-            spec: args.spec.display().to_string(),
-            spec_sha256: String::new(),
-            job: job.clone(),
-        };
-        std::fs::write(&job_file, file.to_json()).map_err(|e| {
-            bad(
-                &format!("cannot write {}: {e}", job_file.display()),
-                "choose a writable `--results` folder",
-            )
-        })?;
-        let options = RunOptions {
-            job_dir: dir.join("run"),
-            launcher: launcher.clone(),
-            job_file,
-            spec_dir: spec_dir.clone(),
-            caller_env: std::env::vars().collect(),
-            env: vec![],
-            cpus: CpuPolicy::Shared,
-            limits: Limits {
-                max_runtime: hetgen_local::spec_max_runtime(job),
-                grace: Duration::from_secs(10),
-            },
-            seed: Some(1),
-            framework: None,
-        };
-        let mut local = hetgen_local::prepare(job, options)?;
-        for command in &mut local.commands {
-            if command.host.role == Role::Trainer {
-                command.cpus = Some(trainer_cores.clone());
-                if args.input_only {
-                    command.args.push("--input-only".to_owned());
-                }
-            } else {
-                command.cpus = Some(data_cores.clone());
-            }
-        }
+    let run_one = |configuration: &Configuration| -> Result<Config, Failure> {
+        let local = setup.prepare(configuration, &runs).map_err(failure)?;
         eprintln!(
-            "bench: {name} run, {steps} steps ({} host(s))",
+            "bench: {} run, {} steps ({} host(s))",
+            configuration.name,
+            setup.steps,
             local.commands.len()
         );
         let mut quiet = Quiet::default();
-        let record = local.run(&StopRequests::from_signals(), &mut quiet)?;
-        if record.status != Status::Completed {
-            for line in quiet.tail {
-                eprintln!("{line}");
-            }
-            return Err(Failure::LocalJobFailed {
-                name: record.job_name.clone(),
-                status: format!("{:?}", record.status),
-                reason: record.failure_reason.clone(),
-                dir: record.job_dir.clone(),
-            });
-        }
-        let summary = record.summary.as_ref().ok_or_else(|| {
-            bad(
-                "the trainer wrote no summary",
-                "see the trainer's log in the run folder",
+        let measured = setup
+            .measure(
+                configuration,
+                &local,
+                &StopRequests::from_signals(),
+                &mut quiet,
             )
-        })?;
-        let mean_step_ms = summary.mean_step_ms;
-        let price = hetgen_plan::cluster_price(job, None)?;
-        Ok(Config {
-            configuration: name.to_owned(),
-            instances: job.groups.iter().map(|g| g.count).sum(),
-            price_per_hour: price,
-            mean_step_ms,
-            cost_per_step: hetgen_plan::cost_per_step(price, mean_step_ms),
-            stall_fraction: summary.stall_fraction,
-            samples_per_s: summary.samples_per_s,
-            steps,
-            trainer_cores: trainer_cores.clone(),
-            data_cores: if job.groups.len() > 1 {
-                data_cores.clone()
-            } else {
-                vec![]
-            },
-            job_dir: record.job_dir.clone(),
-        })
+            .map_err(|e| {
+                if let BenchError::Incomplete(_) = e {
+                    for line in &quiet.tail {
+                        eprintln!("{line}");
+                    }
+                }
+                failure(e)
+            })?;
+        let price = hetgen_plan::cluster_price(&configuration.job, None)?;
+        Ok(Config::priced(measured, price))
     };
-    let homogeneous = run_one("homogeneous", &homo)?;
-    let heterogeneous = run_one("remote-only", &hetero)?;
-    let hybrid = run_one("hybrid", &hybrid)?;
-    let bench = Bench {
-        spec: args.spec.display().to_string(),
-        job: job.name.clone(),
-        steps,
-        input_only: args.input_only,
-        improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
-        speedup: homogeneous.mean_step_ms / heterogeneous.mean_step_ms,
-        hybrid_improvement: 1.0 - hybrid.cost_per_step / homogeneous.cost_per_step,
-        hybrid_speedup: homogeneous.mean_step_ms / hybrid.mean_step_ms,
-        hybrid_ratio: hybrid.samples_per_s
-            / (homogeneous.samples_per_s + heterogeneous.samples_per_s),
-        homogeneous,
-        heterogeneous,
-        hybrid,
+    let [homogeneous, remote_only, hybrid] = &setup.configurations;
+    let configs = [
+        run_one(homogeneous)?,
+        run_one(remote_only)?,
+        run_one(hybrid)?,
+    ];
+    let bench = Bench::new(args, &job.name, &setup, configs);
+    write(&runs.results, &bench, args)
+}
+
+/// Writes `bench.json` and `bench.svg` into `results` and prints the results.
+fn write(results: &Path, bench: &Bench, args: &BenchArgs) -> Result<ExitCode, Failure> {
+    let unwritable = |file: &str, e: std::io::Error| Failure::Bench {
+        spec: args.spec.clone(),
+        why: format!("cannot write {file}: {e}"),
+        hint: "choose a writable `--results` folder".to_owned(),
     };
-    let json = serde_json::to_string_pretty(&bench).expect("JSON serializes");
-    std::fs::write(results.join("bench.json"), &json).map_err(|e| {
-        bad(
-            &format!("cannot write bench.json: {e}"),
-            "choose a writable `--results` folder",
-        )
-    })?;
-    std::fs::write(results.join("bench.svg"), chart(&bench)).map_err(|e| {
-        bad(
-            &format!("cannot write bench.svg: {e}"),
-            "choose a writable `--results` folder",
-        )
-    })?;
+    let json = serde_json::to_string_pretty(bench).expect("JSON serializes");
+    std::fs::write(results.join("bench.json"), &json).map_err(|e| unwritable("bench.json", e))?;
+    std::fs::write(results.join("bench.svg"), chart(bench))
+        .map_err(|e| unwritable("bench.svg", e))?;
     match args.format {
         Format::Json => println!("{json}"),
-        Format::Human => print!("{}", table(&bench)),
+        Format::Human => print!("{}", table(bench)),
     }
     eprintln!(
         "wrote {} and bench.svg",
         results.join("bench.json").display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command's failure for `e`: a job bench cannot compare (or whose run cannot be measured)
+/// is a [`Failure::Bench`] with the same help; a run that failed is reported as a local run's.
+fn failure(args: &BenchArgs, e: BenchError) -> Failure {
+    use miette::Diagnostic;
+    match e {
+        BenchError::Local(e) => Failure::Local(e),
+        BenchError::Incomplete(record) => Failure::LocalJobFailed {
+            name: record.job_name,
+            status: format!("{:?}", record.status),
+            reason: record.failure_reason,
+            dir: record.job_dir,
+        },
+        e => Failure::Bench {
+            spec: args.spec.clone(),
+            why: e.to_string(),
+            hint: e.help().map(|h| h.to_string()).unwrap_or_default(),
+        },
+    }
 }
 
 /// Keeps the last lines of output for a failure message; shows nothing while running.
