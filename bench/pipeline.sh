@@ -34,37 +34,8 @@ for f in "$fixtures"/*.jpg; do
   ln -s "$f" "$spec_dir/train/c$((n % 10))/$(basename "$f")"
   n=$((n + 1))
 done
-cat >"$spec_dir/hetgen.toml" <<'SPEC'
-version = 1
-[job]
-name = "pipeline-bench"
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 1
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[[channel]]
-name = "train"
-uri = "s3://bucket/train"
-local_path = "train"
-[pipeline]
-source = { format = "image-folder", channel = "train" }
-batch_size = 128
-stage = [
-  { op = "decode" },
-  { op = "random_resized_crop", size = [224, 224] },
-  { op = "horizontal_flip" },
-  { op = "normalize", mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225] },
-]
-[trainer]
-model = "resnet18"
-steps = 1
-SPEC
+# The job pipeline_bench's engine rows run (tests/fixtures/specs/pipeline-bench.toml).
+cp tests/fixtures/specs/pipeline-bench.toml "$spec_dir/hetgen.toml"
 profile=("${one[@]}" "$CARGO_TARGET_DIR/release/hetgen" profile "$spec_dir/hetgen.toml" --threads 1
   --out "$spec_dir/profile.json" --format json --seconds)
 echo

@@ -11,37 +11,12 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-SPEC = """\
-version = 1
-[job]
-name = "loader-bench"
-seed = 1
-[[instance_group]]
-name = "trainer"
-instance_type = "ml.p3.2xlarge"
-role = "trainer"
-[[channel]]
-name = "training"
-uri = "{folder}"
-[pipeline]
-source = {{ format = "image-folder", channel = "training" }}
-batch_size = {batch}
-[[pipeline.stage]]
-op = "decode"
-[[pipeline.stage]]
-op = "random_resized_crop"
-size = [224, 224]
-[[pipeline.stage]]
-op = "horizontal_flip"
-[[pipeline.stage]]
-op = "normalize"
-mean = [0.485, 0.456, 0.406]
-std = [0.229, 0.224, 0.225]
-[trainer]
-model = "resnet18"
-steps = 1
-"""
+# The fixture specs the tests share (tests/fixtures): the job is `loader-bench`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
+import hetgen_fixtures  # noqa: E402
+
 
 BATCH = 32
 WARMUP = 4
@@ -50,11 +25,12 @@ WARMUP = 4
 def hetgen_batches(folder, cores):
     import hetgen
 
+    spec = hetgen_fixtures.load("loader-bench")
+    spec["channel"][0]["uri"] = folder
+    spec["pipeline"]["batch_size"] = BATCH
     with tempfile.TemporaryDirectory() as tmp:
-        spec = os.path.join(tmp, "hetgen.toml")
-        with open(spec, "w") as f:
-            f.write(SPEC.format(folder=folder, batch=BATCH))
-        loader = hetgen.Loader(spec, threads=cores)
+        path = hetgen_fixtures.write(Path(tmp) / "hetgen.toml", spec)
+        loader = hetgen.Loader(str(path), threads=cores)
     while True:
         yield from loader
 

@@ -10,34 +10,14 @@ alternates this with the Rust client on the same servers. Also prints the proces
 import os
 import resource
 import sys
-import tempfile
 import time
+from pathlib import Path
 
 import hetgen
 
 TOKEN = "bench-token-0123456789abcdef"
-SPEC = """\
-version = 1
-[job]
-name = "stream-bench"
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 2
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[pipeline]
-source = { format = "synthetic", shape = [224, 224, 3], classes = 10, samples = 100000 }
-batch_size = 128
-shard_size = 1024
-[trainer]
-model = "resnet18"
-steps = 1
-"""
+# The job the servers serve: runtime/data/examples/stream_bench.rs reads the same file.
+SPEC = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "specs" / "stream-bench.toml"
 
 
 def cpu_seconds():
@@ -47,11 +27,7 @@ def cpu_seconds():
 
 def main():
     hosts, seconds = sys.argv[1].split(","), float(sys.argv[2])
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = os.path.join(tmp, "hetgen.toml")
-        with open(spec, "w") as f:
-            f.write(SPEC)
-        loader = hetgen.Loader(spec, hosts=hosts, token=TOKEN, prefetch=2)
+    loader = hetgen.Loader(str(SPEC), hosts=hosts, token=TOKEN, prefetch=2)
 
     def batches():
         while True:

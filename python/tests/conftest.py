@@ -2,7 +2,8 @@
 
 A `Cluster` lays out a hetgen job the way `hetgen deploy --local` does: `job.json` rendered by
 the `hetgen` binary from a spec, one SageMaker tree per host (`resourceconfig.json`,
-`inputdataconfig.json`), a hosts file giving every host its own loopback address, and
+`inputdataconfig.json`, laid out by tests/fixtures as for the Rust tests), a hosts file giving
+every host its own loopback address, and
 `hetgen-data-server` processes for the data hosts. Training code runs either in this process
 (`cluster.trainer_env()` applied with monkeypatch) or as a child process with that environment,
 exactly as a script inside a job would.
@@ -15,19 +16,22 @@ package instead (`python -m hetgen train`), as a job on AWS's PyTorch image does
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import signal
 import struct
 import subprocess
 import sys
 import time
+import tomllib
 import zlib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The fixture specs and instance trees the Rust tests share (tests/fixtures).
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+import hetgen_fixtures  # noqa: E402
 TOKEN = "python-tests-token-0123456789abcdef"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # The package's role launcher, as the bundle's entry point runs it on AWS's image; the data
@@ -79,69 +83,34 @@ def digits(tmp_path_factory) -> Path:
     return root
 
 
-DIGITS_SPEC = """\
-version = 1
-
-[job]
-name = "{name}"
-seed = 7
-
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = {data_hosts}
-role = "data"
-
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-
-[[channel]]
-name = "training"
-uri = "{train}"
-instance_groups = ["data_group"]
-
-[pipeline]
-source = {{ format = "image-folder", channel = "training" }}
-batch_size = {batch_size}
-shard_size = {shard_size}
-threads = 1
-
-[[pipeline.stage]]
-op = "decode"
-channels = 1
-
-[[pipeline.stage]]
-op = "resize"
-size = [8, 8]
-
-[[pipeline.stage]]
-op = "normalize"
-mean = [0.5]
-std = [0.5]
-
-[trainer]
-model = "mlp"
-epochs = 1
-device = "cpu"
-deterministic = {deterministic}
-"""
-
-
-def write_spec(folder: Path, **values) -> Path:
-    spec = folder / "hetgen.toml"
-    spec.write_text(DIGITS_SPEC.format(**values))
-    return spec
+def write_spec(
+    folder: Path,
+    name: str,
+    data_hosts: int,
+    train: Path,
+    batch_size: int,
+    shard_size: int,
+    deterministic: bool,
+) -> Path:
+    """`folder/hetgen.toml`: the `py-digits` fixture job as `name`, with `data_hosts` data hosts
+    reading the digits at `train`."""
+    spec = hetgen_fixtures.load("py-digits")
+    spec["job"]["name"] = name
+    spec["instance_group"][0]["count"] = data_hosts
+    spec["channel"][0]["uri"] = str(train)
+    spec["pipeline"]["batch_size"] = batch_size
+    spec["pipeline"]["shard_size"] = shard_size
+    spec["trainer"]["deterministic"] = deterministic
+    return hetgen_fixtures.write(folder / "hetgen.toml", spec)
 
 
 class Cluster:
-    """A hetgen job of `data_hosts` data servers and one trainer host, on loopback addresses."""
+    """The hetgen job of `spec`: its data servers (group `data_group`) and one trainer host
+    (`dnn_group`), on loopback addresses."""
 
     _count = 0
 
-    def __init__(self, root: Path, spec: Path, data_hosts: int, extra_env: dict | None = None):
+    def __init__(self, root: Path, spec: Path, extra_env: dict | None = None):
         Cluster._count += 1
         self.root = root
         self.spec = spec
@@ -156,40 +125,13 @@ class Cluster:
             capture_output=True,
         )
         (self.job_file,) = out.glob("*/job.json")
-        self.data = [f"algo-{i}" for i in range(1, data_hosts + 1)]
-        self.trainer = f"algo-{data_hosts + 1}"
-        everyone = self.data + [self.trainer]
-        lines = [f"{self.net}.{i} {host}" for i, host in enumerate(everyone, start=1)]
-        (root / "hosts.txt").write_text("\n".join(lines) + "\n")
-        for host in everyone:
-            config = root / host / "input/config"
-            config.mkdir(parents=True)
-            group = "dnn_group" if host == self.trainer else "data_group"
-            (config / "resourceconfig.json").write_text(
-                json.dumps(
-                    {
-                        "current_group_name": group,
-                        "current_host": host,
-                        "current_instance_type": "ml.c5.xlarge",
-                        "hosts": everyone,
-                        "instance_groups": [
-                            {
-                                "instance_group_name": "data_group",
-                                "instance_type": "ml.c5.xlarge",
-                                "hosts": self.data,
-                            },
-                            {
-                                "instance_group_name": "dnn_group",
-                                "instance_type": "ml.m5.xlarge",
-                                "hosts": [self.trainer],
-                            },
-                        ],
-                        "network_interface_name": "eth0",
-                    }
-                )
-            )
-            channels = {"training": {"TrainingInputMode": "File"}} if group == "data_group" else {}
-            (config / "inputdataconfig.json").write_text(json.dumps(channels))
+        groups = hetgen_fixtures.lay_out(root, tomllib.loads(spec.read_text()))
+        hosts = {group["instance_group_name"]: group["hosts"] for group in groups}
+        self.data = hosts["data_group"]
+        (self.trainer,) = hosts["dnn_group"]
+        hetgen_fixtures.write_hosts_file(
+            root, self.data + [self.trainer], lambda n: f"{self.net}.{n}"
+        )
         self.extra_env = extra_env or {}
         self.servers: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
@@ -274,9 +216,9 @@ def cluster_factory(tmp_path, digits):
             train=digits / "train",
             batch_size=batch_size,
             shard_size=shard_size,
-            deterministic=str(deterministic).lower(),
+            deterministic=deterministic,
         )
-        cluster = Cluster(folder, spec, data_hosts, extra_env)
+        cluster = Cluster(folder, spec, extra_env)
         made.append(cluster)
         if start:
             cluster.start(digits / "train", launcher=launcher)

@@ -20,58 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cluster, processes_of
+from conftest import Cluster, hetgen_fixtures, processes_of
 
 pytestmark = pytest.mark.timeout(300)
-
-SCRIPT_SPEC = """\
-version = 1
-
-[job]
-name = "py-script"
-seed = 7
-
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = 1
-role = "data"
-
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-
-[[channel]]
-name = "training"
-uri = "s3://example-bucket/digits/train/"
-local_path = "train"
-instance_groups = ["data_group"]
-
-[pipeline]
-source = { format = "image-folder", channel = "training" }
-batch_size = 64
-threads = 1
-
-[[pipeline.stage]]
-op = "decode"
-channels = 1
-
-[[pipeline.stage]]
-op = "resize"
-size = [8, 8]
-
-[trainer]
-script = "train.py"
-args = ["--from-spec", "1"]
-
-[sagemaker]
-region = "us-east-1"
-role_arn = "arn:aws:iam::123456789012:role/SageMakerRole"
-image_uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/hetgen-pytorch:latest"
-output_path = "s3://example-bucket/output/"
-"""
 
 # The job's script: records its arguments and one epoch's batch count in its host's output
 # folder; with `--forever` it then waits to be stopped, recording the signal that stops it.
@@ -126,10 +77,9 @@ def script_job(tmp_path, digits):
         folder.mkdir()
         (folder / "train").symlink_to(digits / "train")
         (folder / "train.py").write_text(TRAIN)
-        spec = folder / "hetgen.toml"
-        spec.write_text(SCRIPT_SPEC)
+        spec = hetgen_fixtures.write(folder / "hetgen.toml", "py-script")
         # No watchdog stops a data server here: only the launcher's word or a signal does.
-        cluster = Cluster(folder, spec, data_hosts=1, extra_env={"HETGEN_WATCHDOG_S": "600"})
+        cluster = Cluster(folder, spec, extra_env={"HETGEN_WATCHDOG_S": "600"})
         made.append(cluster)
         return cluster.start(digits / "train", launcher=True)
 

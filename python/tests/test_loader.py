@@ -180,7 +180,7 @@ def test_epochs_lengths_and_state_follow_the_dataloader_idioms(digits, tmp_path)
     from conftest import write_spec
 
     write_spec(tmp_path, name="idioms", data_hosts=1, train=digits / "train", batch_size=100,
-               shard_size=300, deterministic="true")
+               shard_size=300, deterministic=True)
     loader = hetgen.Loader(spec, channels={"training": digits / "train"}, epochs=2,
                            rank=1, world_size=2)
     # 718 samples of this rank's half, shards of 300: 300 + 300 + 118 → 3 + 3 + 2 batches.
@@ -295,7 +295,7 @@ def test_rank_0_prints_progress_lines_hetgen_reads_as_the_jobs_stall(digits, tmp
 
     spec = tmp_path / "hetgen.toml"
     write_spec(tmp_path, name="progress", data_hosts=1, train=digits / "train", batch_size=50,
-               shard_size=300, deterministic="true")
+               shard_size=300, deterministic=True)
     channels = {"training": digits / "train"}
     loader = hetgen.Loader(spec, channels=channels, epochs=1, progress_every=4)
     for _ in loader:

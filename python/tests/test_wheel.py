@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import hetgen_fixtures
+
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -77,31 +79,9 @@ def test_a_fresh_install_decodes_a_jpeg(fresh, tmp_path):
     folder = tmp_path / "images" / "0"
     folder.mkdir(parents=True)
     (folder / "a.jpg").write_bytes((DATA / "halves.jpg").read_bytes())
-    spec = tmp_path / "hetgen.toml"
-    spec.write_text(textwrap.dedent(f"""\
-        version = 1
-        [job]
-        name = "decode"
-        [[instance_group]]
-        name = "t"
-        instance_type = "ml.m5.xlarge"
-        role = "trainer"
-        [[channel]]
-        name = "training"
-        uri = "{tmp_path / 'images'}"
-        [pipeline]
-        source = {{ format = "image-folder", channel = "training" }}
-        batch_size = 1
-        [[pipeline.stage]]
-        op = "decode"
-        channels = 1
-        [[pipeline.stage]]
-        op = "resize"
-        size = [16, 16]
-        [trainer]
-        model = "mlp"
-        epochs = 1
-        """))
+    decode = hetgen_fixtures.load("decode")
+    decode["channel"][0]["uri"] = str(tmp_path / "images")
+    spec = hetgen_fixtures.write(tmp_path / "hetgen.toml", decode)
     script = textwrap.dedent(f"""\
         import json
         import hetgen
