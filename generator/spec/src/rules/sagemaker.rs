@@ -8,9 +8,9 @@ use regex::Regex;
 use crate::check::Ctx;
 use crate::duration::parse_seconds;
 use crate::framework;
-use crate::model::{Framework, Group, InputMode, Metric, SageMaker, Vpc, builtin_metrics};
+use crate::model::{Group, InputMode, Metric, SageMaker, Vpc, builtin_metrics};
 use crate::path;
-use crate::raw::{HyperValue, RawSageMaker, RawSpec, RawStage};
+use crate::raw::{HyperValue, RawSageMaker, RawSpec};
 use crate::rules::int_in;
 use crate::spans::KeyPath;
 
@@ -36,6 +36,8 @@ static ENV_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-zA-Z_][a-zA-Z0-9_]*$").unwrap());
 static VPC_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[-0-9a-zA-Z]+$").unwrap());
 
+mod image;
+
 /// Whether SageMaker can read `uri` (`s3://` or `https://` with a host).
 pub(crate) fn is_remote_uri(uri: &str) -> bool {
     uri.len() <= 1024 && S3_URI.is_match(uri)
@@ -48,9 +50,77 @@ pub(super) fn sagemaker(
     raw: &RawSpec,
 ) -> Option<SageMaker> {
     let at = path!["sagemaker"];
-    let mut ok = true;
     let script = raw.trainer.script.is_some();
+    let mut ok = check_account(ctx, sm);
+    let image = image::image(ctx, sm, groups, raw);
+    ok &= check_uris(ctx, sm);
+    let volume = int_in(
+        ctx,
+        "hetgen::spec::volume",
+        &at.at("volume_gb"),
+        sm.volume_gb.unwrap_or(30),
+        (1, 16_384),
+        "`volume_gb`",
+    );
+    let max_runtime = duration(
+        ctx,
+        &at.at("max_runtime"),
+        sm.max_runtime.as_deref().unwrap_or("1d"),
+        MAX_RUNTIME_S,
+        "max runtime",
+    );
+    let keep_alive = sm
+        .keep_alive
+        .as_deref()
+        .map(|k| duration(ctx, &at.at("keep_alive"), k, MAX_KEEP_ALIVE_S, "keep-alive"));
+    ok &= check_warm_pool(ctx, sm, groups);
 
+    let tags = sm.tags.clone().unwrap_or_default();
+    ok &= check_tags(ctx, &tags);
+    let environment = sm.environment.clone().unwrap_or_default();
+    let framework = image.as_ref().is_some_and(|(_, f)| f.is_some());
+    // What hetgen adds to the job's Environment: the job token (`deploy`, the SDK files) and,
+    // with a script in its own image, `SAGEMAKER_PROGRAM` unless the spec sets it.
+    let added = 1 + usize::from(
+        script && !framework && !environment.contains_key(crate::model::PROGRAM_VAR),
+    );
+    ok &= check_environment(ctx, &environment, added);
+    let hyperparameters = hyperparameters(ctx, sm, groups, framework);
+    let metrics = metrics(ctx, sm, script);
+    let vpc = sm.vpc.as_ref().map(|v| vpc(ctx, v));
+
+    let (image_uri, framework) = image?;
+    Some(SageMaker {
+        region: sm.region.clone(),
+        role_arn: sm.role_arn.clone(),
+        image_uri,
+        framework,
+        output_path: sm.output_path.clone(),
+        input_mode: sm.input_mode.unwrap_or(InputMode::File),
+        volume_gb: volume? as u32,
+        max_runtime_s: max_runtime?,
+        keep_alive_s: match keep_alive {
+            Some(k) => Some(k?),
+            None => None,
+        },
+        tags,
+        environment,
+        hyperparameters: hyperparameters?,
+        vpc: match vpc {
+            Some(v) => Some(v?),
+            None => None,
+        },
+        inter_container_encryption: sm.inter_container_encryption.unwrap_or(false),
+        checkpoint_uri: sm.checkpoint_uri.clone(),
+        metrics: metrics?,
+    })
+    .filter(|_| ok)
+}
+
+/// The region and the execution role.
+fn check_account(ctx: &mut Ctx<'_>, sm: &RawSageMaker) -> bool {
+    let at = path!["sagemaker"];
+    let mut ok = true;
     if !REGION.is_match(&sm.region) {
         ok = false;
         ctx.error(
@@ -71,7 +141,12 @@ pub(super) fn sagemaker(
             "use the execution role's ARN: `arn:aws:iam::<12-digit account>:role/<name>`",
         );
     }
-    let image = image(ctx, sm, groups, raw);
+    ok
+}
+
+/// `output_path` and `checkpoint_uri` are S3 uris.
+fn check_uris(ctx: &mut Ctx<'_>, sm: &RawSageMaker) -> bool {
+    let mut ok = true;
     for (key, value) in [
         ("output_path", Some(&sm.output_path)),
         ("checkpoint_uri", sm.checkpoint_uri.as_ref()),
@@ -82,54 +157,39 @@ pub(super) fn sagemaker(
             ok = false;
             ctx.error(
                 "hetgen::spec::s3-uri",
-                &at.at(key),
+                &path!["sagemaker"].at(key),
                 format!("`{key}` is `{uri}`, not an S3 uri"),
                 "not `s3://bucket/prefix`",
                 format!("set `{key}` to an `s3://bucket/prefix/` uri"),
             );
         }
     }
-    let volume = int_in(
-        ctx,
-        "hetgen::spec::volume",
-        &at.at("volume_gb"),
-        sm.volume_gb.unwrap_or(30),
-        (1, 16_384),
-        "`volume_gb`",
-    );
+    ok
+}
 
-    let max_runtime = duration(
-        ctx,
-        &at.at("max_runtime"),
-        sm.max_runtime.as_deref().unwrap_or("1d"),
-        MAX_RUNTIME_S,
-        "max runtime",
-    );
-    let keep_alive = sm
-        .keep_alive
-        .as_deref()
-        .map(|k| duration(ctx, &at.at("keep_alive"), k, MAX_KEEP_ALIVE_S, "keep-alive"));
+/// SageMaker keeps no heterogeneous cluster warm.
+fn check_warm_pool(ctx: &mut Ctx<'_>, sm: &RawSageMaker, groups: &[Group]) -> bool {
     if sm.keep_alive.is_some() && groups.len() > 1 {
-        ok = false;
         ctx.error(
             "hetgen::spec::warm-pool-hetero",
-            &at.at("keep_alive"),
+            &path!["sagemaker", "keep_alive"],
             "warm pools (`keep_alive`) do not work with more than one instance group",
             "SageMaker rejects this",
             "remove `keep_alive`: SageMaker does not keep heterogeneous clusters warm",
         );
+        return false;
     }
+    true
+}
 
-    let tags = sm.tags.clone().unwrap_or_default();
-    ok &= check_tags(ctx, &tags);
-    let environment = sm.environment.clone().unwrap_or_default();
-    let framework = image.as_ref().is_some_and(|(_, f)| f.is_some());
-    // What hetgen adds to the job's Environment: the job token (`deploy`, the SDK files) and,
-    // with a script in its own image, `SAGEMAKER_PROGRAM` unless the spec sets it.
-    let added = 1 + usize::from(
-        script && !framework && !environment.contains_key(crate::model::PROGRAM_VAR),
-    );
-    ok &= check_environment(ctx, &environment, added);
+/// The spec's hyperparameters as SageMaker is sent them, checked against its limits with the
+/// ones hetgen adds.
+fn hyperparameters(
+    ctx: &mut Ctx<'_>,
+    sm: &RawSageMaker,
+    groups: &[Group],
+    framework: bool,
+) -> Option<BTreeMap<String, String>> {
     // On AWS's image the toolkit decodes every value as JSON, so they are sent JSON-encoded,
     // as SDK 2.x's framework estimators send them; an image of one's own gets them as written.
     let encode = if framework { hyper_json } else { hyper_string };
@@ -142,6 +202,7 @@ pub(super) fn sagemaker(
     // A distribution strategy adds the SDK's own hyperparameters, framework mode the script
     // mode ones (see hetgen-render).
     let strategy = groups.iter().any(|g| g.distribution.is_some());
+    let mut ok = true;
     let reserved = if framework {
         ok &= check_reserved_hyperparameters(ctx, &hyperparameters);
         framework::HYPERPARAMETERS.len()
@@ -151,238 +212,7 @@ pub(super) fn sagemaker(
         0
     };
     ok &= check_hyperparameters(ctx, &hyperparameters, reserved);
-    let metrics = metrics(ctx, sm, script);
-    let vpc = sm.vpc.as_ref().map(|v| vpc(ctx, v));
-
-    let (image_uri, framework) = image?;
-    Some(SageMaker {
-        region: sm.region.clone(),
-        role_arn: sm.role_arn.clone(),
-        image_uri,
-        framework,
-        output_path: sm.output_path.clone(),
-        input_mode: sm.input_mode.unwrap_or(InputMode::File),
-        volume_gb: volume? as u32,
-        max_runtime_s: max_runtime?,
-        keep_alive_s: match keep_alive {
-            Some(k) => Some(k?),
-            None => None,
-        },
-        tags,
-        environment,
-        hyperparameters,
-        vpc: match vpc {
-            Some(v) => Some(v?),
-            None => None,
-        },
-        inter_container_encryption: sm.inter_container_encryption.unwrap_or(false),
-        checkpoint_uri: sm.checkpoint_uri.clone(),
-        metrics: metrics?,
-    })
-    .filter(|_| ok)
-}
-
-/// The training image: the spec's own (`image_uri`), or, for a script without one, AWS's
-/// PyTorch training image, with what framework mode needs.
-fn image(
-    ctx: &mut Ctx<'_>,
-    sm: &RawSageMaker,
-    groups: &[Group],
-    raw: &RawSpec,
-) -> Option<(String, Option<Framework>)> {
-    let at = path!["sagemaker"];
-    let trainer = &raw.trainer;
-    let framework_keys = [
-        ("framework_version", sm.framework_version.is_some()),
-        ("py_version", sm.py_version.is_some()),
-        ("code_location", sm.code_location.is_some()),
-    ];
-    if let Some(uri) = &sm.image_uri {
-        let mut ok = true;
-        if uri.is_empty() || uri.len() > 255 || uri.contains(char::is_whitespace) {
-            ok = false;
-            ctx.error(
-                "hetgen::spec::image-uri",
-                &at.at("image_uri"),
-                "`image_uri` must be 1 to 255 characters without spaces",
-                "not an image uri",
-                "give the ECR uri of the image built from the rendered Dockerfile",
-            );
-        }
-        for (key, _) in framework_keys.iter().filter(|(_, set)| *set) {
-            ok = false;
-            ctx.error_at_key(
-                "hetgen::spec::framework-key",
-                &at.at(*key),
-                format!("`{key}` is for AWS's PyTorch image, but `image_uri` names your own"),
-                "not used with `image_uri`",
-                format!(
-                    "remove `{key}`, or remove `image_uri` to run the script on AWS's PyTorch \
-                     training image"
-                ),
-            );
-        }
-        return ok.then(|| (uri.clone(), None));
-    }
-    if trainer.script.is_none() {
-        ctx.error(
-            "hetgen::spec::image-uri",
-            &at,
-            "`image_uri` is missing: the built-in trainer runs in hetgen's own image",
-            "no `image_uri`",
-            "build the image from the rendered Dockerfile, push it to ECR and set `image_uri` \
-             to its uri (only a `script` trainer can run on AWS's PyTorch image)",
-        );
-        return None;
-    }
-
-    let mut ok = true;
-    if trainer.base_image.is_some() {
-        ok = false;
-        ctx.error_at_key(
-            "hetgen::spec::base-image",
-            &path!["trainer", "base_image"],
-            "`base_image` is what your own image is built on, but this job runs on AWS's \
-             PyTorch image (no `image_uri`)",
-            "no image is built",
-            "remove `base_image`, or build your own image and set `[sagemaker] image_uri`",
-        );
-    }
-    for (i, stage) in raw.pipeline.stage.iter().enumerate() {
-        if let RawStage::Custom { name, .. } = stage {
-            ok = false;
-            ctx.error(
-                "hetgen::spec::framework-custom-stage",
-                &path!["pipeline", "stage", i, "op"],
-                format!(
-                    "custom stage `{name}` needs a launcher built with it, and AWS's PyTorch \
-                     image runs the hetgen wheel's, which has the built-in stages only"
-                ),
-                "not in the wheel",
-                "build your own image from the rendered Dockerfile (its launcher crate \
-                 registers the stage) and set `[sagemaker] image_uri`",
-            );
-        }
-    }
-    for (i, g) in groups.iter().enumerate() {
-        let family = framework::family(&g.instance_type).unwrap_or_default();
-        if family.starts_with("trn") || family.starts_with("inf") {
-            ok = false;
-            ctx.error(
-                "hetgen::spec::framework-instance-type",
-                &path!["instance_group", i, "instance_type"],
-                format!(
-                    "AWS's PyTorch training image does not run on `{}` (Trainium and \
-                     Inferentia need a Neuron image)",
-                    g.instance_type
-                ),
-                "no PyTorch training image for this type",
-                "set `[sagemaker] image_uri` to a Neuron PyTorch image, or use a GPU type",
-            );
-        }
-        if g.role == crate::model::Role::Trainer && g.distribution.is_some() {
-            ok = false;
-            ctx.error_at_key(
-                "hetgen::spec::distribution-framework",
-                &path!["instance_group", i, "distribution"],
-                "hetgen's launcher starts `torchrun` across the trainer group itself",
-                "not needed",
-                "remove `distribution`: on AWS's image, the toolkit would start a second \
-                 `torchrun` that spans no data host",
-            );
-        }
-    }
-    let version = sm
-        .framework_version
-        .as_deref()
-        .unwrap_or(framework::DEFAULT_VERSION);
-    let release = framework::release(version);
-    if release.is_none() {
-        ok = false;
-        let known: Vec<&str> = framework::VERSIONS.iter().map(|(v, _)| *v).collect();
-        ctx.error(
-            "hetgen::spec::framework-version",
-            &at.at("framework_version"),
-            format!("hetgen knows no PyTorch training image `{version}`"),
-            "unknown version",
-            format!(
-                "use one of {} (or a `major.minor` such as `2.8`), or build your own image \
-                 and set `image_uri`",
-                known.join(", ")
-            ),
-        );
-    }
-    let python = release.and_then(framework::python);
-    let py_version = sm.py_version.clone().or(python.map(str::to_owned));
-    if let (Some(release), Some(python), Some(py)) = (release, python, &py_version)
-        && py != python
-    {
-        ok = false;
-        ctx.error(
-            "hetgen::spec::py-version",
-            &at.at("py_version"),
-            format!("PyTorch {release}'s training image is built for `{python}`, not `{py}`"),
-            "no such image",
-            format!("set `py_version = \"{python}\"` or remove it"),
-        );
-    }
-    if REGION.is_match(&sm.region) && framework::registry(&sm.region).is_none() {
-        ok = false;
-        ctx.error(
-            "hetgen::spec::framework-region",
-            &at.at("region"),
-            format!("AWS publishes no PyTorch training image in `{}`", sm.region),
-            "no image here",
-            "use a region with the images, such as `us-east-1`, or build your own image and \
-             set `image_uri`",
-        );
-    }
-    let code_location = match &sm.code_location {
-        Some(uri) => s3_prefix(uri).or_else(|| {
-            ctx.error(
-                "hetgen::spec::s3-uri",
-                &at.at("code_location"),
-                format!("`code_location` is `{uri}`, not an S3 uri"),
-                "not `s3://bucket/prefix`",
-                "set `code_location` to an `s3://bucket/prefix` uri",
-            );
-            None
-        }),
-        // The SDK's default: the bucket of `output_path`.
-        None => s3_prefix(&sm.output_path)
-            .map(|p| p.splitn(4, '/').take(3).collect::<Vec<_>>().join("/"))
-            .or_else(|| {
-                ctx.error(
-                    "hetgen::spec::code-location",
-                    &at.at("output_path"),
-                    "the source bundle goes to the bucket of `output_path`, which is not an \
-                     `s3://` uri",
-                    "no bucket for the source bundle",
-                    "set `code_location = \"s3://bucket/prefix\"`",
-                );
-                None
-            }),
-    };
-    let processor = framework::processor(groups.iter().map(|g| g.instance_type.as_str()));
-    let (release, py_version, code_location) = (release?, py_version?, code_location?);
-    ok.then_some(())?;
-    let uri = framework::image_uri(&sm.region, release, processor, &py_version)?;
-    Some((
-        uri,
-        Some(Framework {
-            framework_version: release.to_owned(),
-            py_version,
-            processor: processor.to_owned(),
-            code_location,
-        }),
-    ))
-}
-
-/// `s3://bucket/prefix/` → `s3://bucket/prefix`; `None` when it is not an `s3://` uri with a
-/// bucket.
-fn s3_prefix(uri: &str) -> Option<String> {
-    let caps = S3_URI.captures(uri)?;
-    (&caps[1] == "s3" && !caps[2].is_empty()).then(|| uri.trim_end_matches('/').to_owned())
+    ok.then_some(hyperparameters)
 }
 
 fn duration(ctx: &mut Ctx<'_>, at: &KeyPath, text: &str, max: u64, what: &str) -> Option<u64> {
