@@ -123,18 +123,54 @@ fn script(
     script: &str,
     groups: &[Group],
 ) -> Option<ScriptTrainer> {
+    let source_dir = t.source_dir.clone().unwrap_or_else(|| ".".to_owned());
+    let mut ok = script_files(ctx, t, script, &source_dir);
+    let processes_per_host = processes_per_host(ctx, t, groups);
+    let base_image = t
+        .base_image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_owned());
+    if base_image.is_empty()
+        || base_image
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        ctx.error(
+            "hetgen::spec::base-image",
+            &path!["trainer", "base_image"],
+            format!("`{base_image}` is not an image reference"),
+            "not an image",
+            format!("name a PyTorch image such as `{DEFAULT_BASE_IMAGE}`"),
+        );
+        ok = false;
+    }
+
+    ok.then_some(())?;
+    Some(ScriptTrainer {
+        script: script.to_owned(),
+        source_dir,
+        args: t.args.clone().unwrap_or_default(),
+        requirements: t.requirements.clone(),
+        processes_per_host: processes_per_host?,
+        base_image,
+        deterministic: t.deterministic.unwrap_or(false),
+    })
+}
+
+/// The script, its `source_dir` and `requirements`: relative paths and, when the spec is a
+/// file, there beside it.
+fn script_files(ctx: &mut Ctx<'_>, t: &RawTrainer, script: &str, source_dir: &str) -> bool {
     let at = path!["trainer"];
     let mut ok = true;
-    let source_dir = t.source_dir.clone().unwrap_or_else(|| ".".to_owned());
     if t.source_dir.is_some() {
-        ok &= relative_path(ctx, &at.at("source_dir"), &source_dir, true);
+        ok &= relative_path(ctx, &at.at("source_dir"), source_dir, true);
     }
     ok &= relative_path(ctx, &at.at("script"), script, false);
     if let Some(r) = &t.requirements {
         ok &= relative_path(ctx, &at.at("requirements"), r, false);
     }
     if ok && let Some(dir) = ctx.dir {
-        let base = dir.join(&source_dir);
+        let base = dir.join(source_dir);
         if !base.is_dir() {
             ctx.error(
                 "hetgen::spec::not-found",
@@ -164,16 +200,21 @@ fn script(
             }
         }
     }
+    ok
+}
 
+/// `processes_per_host`: a count, or one per GPU of the trainer's instance type (one, with a
+/// warning, where hetgen cannot count them).
+fn processes_per_host(ctx: &mut Ctx<'_>, t: &RawTrainer, groups: &[Group]) -> Option<u32> {
     let trainer = groups.iter().find(|g| g.role == Role::Trainer);
-    let processes_per_host = match t
+    match t
         .processes_per_host
         .unwrap_or(ProcessesPerHost::Gpus(PerGpu::Gpu))
     {
         ProcessesPerHost::Count(n) => int_in(
             ctx,
             "hetgen::spec::processes-per-host",
-            &at.at("processes_per_host"),
+            &path!["trainer", "processes_per_host"],
             n,
             (1, 1024),
             "`processes_per_host`",
@@ -211,37 +252,7 @@ fn script(
             Some((_, Some(gpus))) => Some(gpus.max(1)),
             None => Some(1),
         },
-    };
-
-    let base_image = t
-        .base_image
-        .clone()
-        .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_owned());
-    if base_image.is_empty()
-        || base_image
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
-    {
-        ctx.error(
-            "hetgen::spec::base-image",
-            &at.at("base_image"),
-            format!("`{base_image}` is not an image reference"),
-            "not an image",
-            format!("name a PyTorch image such as `{DEFAULT_BASE_IMAGE}`"),
-        );
-        ok = false;
     }
-
-    ok.then_some(())?;
-    Some(ScriptTrainer {
-        script: script.to_owned(),
-        source_dir,
-        args: t.args.clone().unwrap_or_default(),
-        requirements: t.requirements.clone(),
-        processes_per_host: processes_per_host?,
-        base_image,
-        deterministic: t.deterministic.unwrap_or(false),
-    })
 }
 
 /// Checks a path the spec gives relative to a folder: relative, `/`-separated, and (unless
@@ -279,8 +290,60 @@ fn builtin(
 ) -> Option<BuiltinTrainer> {
     let t = &raw.trainer;
     let at = path!["trainer"];
+    let length = length(ctx, t);
+    let num_classes = num_classes(ctx, t, pipeline);
+    if let Some(p) = pipeline {
+        model_input(ctx, model, p.output_shape);
+    }
 
-    let length = match (t.steps, t.epochs) {
+    let optimizer = optimizer(ctx, raw);
+    let lr = optimizer.as_ref().map_or(0.01, |o| o.lr);
+    let schedule = schedule(ctx, raw, lr);
+
+    let precision = t.precision.unwrap_or(Precision::Fp32);
+    let device = t.device.unwrap_or(Device::Auto);
+    check_device(ctx, precision, device, groups);
+
+    let checkpoint_every = t.checkpoint_every.map(|c| {
+        int_in(
+            ctx,
+            "hetgen::spec::checkpoint-every",
+            &at.at("checkpoint_every"),
+            c,
+            (1, i64::MAX),
+            "`checkpoint_every`",
+        )
+    });
+    let log_every = int_in(
+        ctx,
+        "hetgen::spec::log-every",
+        &at.at("log_every"),
+        t.log_every.unwrap_or(10),
+        (1, i64::MAX),
+        "`log_every`",
+    );
+
+    Some(BuiltinTrainer {
+        model,
+        length: length?,
+        num_classes: num_classes? as u32,
+        optimizer: optimizer?,
+        lr_schedule: schedule?,
+        precision,
+        device,
+        checkpoint_every: match checkpoint_every {
+            Some(c) => Some(c? as u64),
+            None => None,
+        },
+        log_every: log_every? as u64,
+        deterministic: t.deterministic.unwrap_or(false),
+    })
+}
+
+/// `steps` or `epochs`, exactly one.
+fn length(ctx: &mut Ctx<'_>, t: &RawTrainer) -> Option<Length> {
+    let at = path!["trainer"];
+    match (t.steps, t.epochs) {
         (Some(_), Some(_)) => {
             ctx.error_at_key(
                 "hetgen::spec::steps-and-epochs",
@@ -319,8 +382,12 @@ fn builtin(
             "`epochs`",
         )
         .map(|e| Length::Epochs(e as u32)),
-    };
+    }
+}
 
+/// `num_classes`: by default the synthetic source's classes (else 10), and never fewer.
+fn num_classes(ctx: &mut Ctx<'_>, t: &RawTrainer, pipeline: Option<&Pipeline>) -> Option<i64> {
+    let at = path!["trainer", "num_classes"];
     let synthetic_classes = match pipeline.map(|p| &p.source) {
         Some(Source::Synthetic { classes, .. }) => Some(*classes),
         _ => None,
@@ -328,7 +395,7 @@ fn builtin(
     let num_classes = int_in(
         ctx,
         "hetgen::spec::num-classes",
-        &at.at("num_classes"),
+        &at,
         t.num_classes
             .unwrap_or(synthetic_classes.map_or(10, i64::from)),
         (1, 1 << 20),
@@ -339,23 +406,18 @@ fn builtin(
     {
         ctx.error(
             "hetgen::spec::num-classes",
-            &at.at("num_classes"),
+            &at,
             format!("the model predicts {n} classes but the source has {classes}"),
             "fewer classes than the data",
             format!("set `num_classes = {classes}` or more"),
         );
     }
+    num_classes
+}
 
-    if let Some(p) = pipeline {
-        model_input(ctx, model, p.output_shape);
-    }
-
-    let optimizer = optimizer(ctx, raw);
-    let lr = optimizer.as_ref().map_or(0.01, |o| o.lr);
-    let schedule = schedule(ctx, raw, lr);
-
-    let precision = t.precision.unwrap_or(Precision::Fp32);
-    let device = t.device.unwrap_or(Device::Auto);
+/// Mixed precision needs CUDA, and CUDA a GPU on the trainer's instance type.
+fn check_device(ctx: &mut Ctx<'_>, precision: Precision, device: Device, groups: &[Group]) {
+    let at = path!["trainer"];
     let trainer_gpus = groups
         .iter()
         .find(|g| g.role == Role::Trainer)
@@ -381,41 +443,6 @@ fn builtin(
             "use a GPU instance type for the trainer group, or `device = \"auto\"`",
         );
     }
-
-    let checkpoint_every = t.checkpoint_every.map(|c| {
-        int_in(
-            ctx,
-            "hetgen::spec::checkpoint-every",
-            &at.at("checkpoint_every"),
-            c,
-            (1, i64::MAX),
-            "`checkpoint_every`",
-        )
-    });
-    let log_every = int_in(
-        ctx,
-        "hetgen::spec::log-every",
-        &at.at("log_every"),
-        t.log_every.unwrap_or(10),
-        (1, i64::MAX),
-        "`log_every`",
-    );
-
-    Some(BuiltinTrainer {
-        model,
-        length: length?,
-        num_classes: num_classes? as u32,
-        optimizer: optimizer?,
-        lr_schedule: schedule?,
-        precision,
-        device,
-        checkpoint_every: match checkpoint_every {
-            Some(c) => Some(c? as u64),
-            None => None,
-        },
-        log_every: log_every? as u64,
-        deterministic: t.deterministic.unwrap_or(false),
-    })
 }
 
 /// The shapes each model takes: `mnist-cnn` is built for 28×28 grayscale, the ResNets for RGB
