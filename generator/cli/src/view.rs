@@ -94,6 +94,12 @@ pub fn summary_lines(summary: &Summary) -> Vec<String> {
             shares.join(", ")
         ));
     }
+    if summary.backup_shards > 0 || summary.duplicate_batches > 0 {
+        lines.push(format!(
+            "input: {} shards backed up on another source (a source fell behind), {} duplicate batches dropped",
+            summary.backup_shards, summary.duplicate_batches
+        ));
+    }
     lines
 }
 
@@ -374,6 +380,8 @@ mod tests {
             resumed_from_step: None,
             batches_by_source: [("algo-2".to_owned(), 3), ("local".to_owned(), 1)].into(),
             local_threads: 1,
+            backup_shards: 2,
+            duplicate_batches: 5,
         };
         view.event(2, "algo-1", &summary.line());
         // algo-1 never named its group: its lines were held until the end.
@@ -384,6 +392,10 @@ mod tests {
         assert_eq!(
             summary_lines(&seen)[1],
             "input: 4 batches received: algo-2 75.0 %, local 25.0 %"
+        );
+        assert_eq!(
+            summary_lines(&seen)[2],
+            "input: 2 shards backed up on another source (a source fell behind), 5 duplicate batches dropped"
         );
     }
 }

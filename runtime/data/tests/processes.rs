@@ -522,3 +522,65 @@ fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
     assert!(stderr.contains("backing off"), "{stderr}");
     drop(flood);
 }
+
+#[test]
+fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
+    let cluster = Cluster::new(3);
+    let mut children = Reaper(
+        ["algo-1", "algo-2", "algo-3"]
+            .iter()
+            .map(|h| cluster.start(h, &[]))
+            .collect(),
+    );
+    let job = job();
+    // A stall timeout far beyond the freeze: the frozen server must not count as lost.
+    let client = cluster.connect(&job, &["algo-1", "algo-2", "algo-3"]);
+    let mut stream = client.stream(input(&job, &client, 30, false), None);
+    let mut batches = Vec::new();
+    let mut frozen_at = None;
+    let mut resumed_at = None;
+    let mut during_freeze = 0;
+    let mut served_before_resume = 0;
+    while let Some(batch) = stream.next_batch() {
+        batches.push(batch.unwrap());
+        if batches.len() == 100 {
+            signal(&children.0[1], "STOP"); // algo-2, mid-epoch
+            frozen_at = Some(Instant::now());
+        }
+        if let Some(at) = frozen_at
+            && resumed_at.is_none()
+        {
+            // The freeze's first second is the others' head start; after it, an epoch
+            // barrier waiting on the frozen server would let nothing through.
+            if at.elapsed() > Duration::from_secs(1) {
+                during_freeze += 1;
+            }
+            if at.elapsed() > Duration::from_secs(4) {
+                signal(&children.0[1], "CONT");
+                resumed_at = Some(Instant::now());
+                served_before_resume = client.batches_by_source()["algo-2"];
+            }
+        }
+        // A consumer slower than the servers, as a trainer is.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(resumed_at.is_some(), "the job ended before the freeze did");
+    assert_exactly_once(&batches, 30, 600);
+    // About 300 batches fit in those 3 s; an epoch barrier on the frozen server passes none.
+    assert!(
+        during_freeze >= 100,
+        "{during_freeze} batches in the freeze's last 3 s"
+    );
+    let served = client.batches_by_source()["algo-2"];
+    assert!(
+        served > served_before_resume,
+        "algo-2 served nothing after it resumed ({served} batches in all)"
+    );
+    assert!(client.backup_shards() > 0);
+    client.shutdown("done");
+    for child in children.0.iter_mut() {
+        let (status, stderr) =
+            exited_within(child, Duration::from_secs(5)).expect("exits on Shutdown");
+        assert!(status.success(), "{stderr}");
+    }
+}

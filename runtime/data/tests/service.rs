@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -10,8 +11,8 @@ use hetgen_data::auth::AttachToken;
 use hetgen_data::client::Client;
 use hetgen_data::proto::data_service_client::DataServiceClient;
 use hetgen_data::proto::{AckRequest, HandshakeRequest, ShardRequest, ShutdownRequest};
-use hetgen_data::server::StopReason;
-use hetgen_pipeline::BatchStream;
+use hetgen_data::server::{Batches, StopReason};
+use hetgen_pipeline::{Batch, BatchStream};
 use tonic::Code;
 
 /// Many epochs through one server with the fewest credits: a credit lost at any epoch
@@ -916,4 +917,85 @@ fn a_request_body_that_stops_arriving_is_cut_off_at_the_deadline() {
     });
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(status.message().contains("did not arrive"), "{status:?}");
+}
+
+/// A producer whose every batch takes `delay` longer: a straggler (a noisy neighbour, slow
+/// reads, a custom stage that pauses).
+struct Slow {
+    engine: Arc<hetgen_pipeline::Engine>,
+    delay: Duration,
+}
+
+impl Batches for Slow {
+    fn output_shape(&self) -> [u32; 3] {
+        self.engine.output_shape()
+    }
+    fn samples_per_epoch(&self) -> u64 {
+        self.engine.samples_per_epoch()
+    }
+    fn threads(&self) -> usize {
+        self.engine.threads()
+    }
+    fn busy_threads(&self) -> usize {
+        self.engine.busy_threads()
+    }
+    fn run_shard(
+        &self,
+        epoch: u32,
+        shard: u32,
+        ids: &[u64],
+        batch_size: u32,
+        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
+    ) -> Result<(), hetgen_pipeline::PipelineError> {
+        self.engine
+            .run_shard(epoch, shard, ids, batch_size, &mut |batch| {
+                std::thread::sleep(self.delay);
+                emit(batch)
+            })
+    }
+}
+
+/// Three servers, the third `delay` slower per batch; 2 epochs streamed.
+fn with_a_straggler(delay: Duration, deterministic: bool) -> (Vec<Batch>, u64, u64) {
+    let job = job();
+    let fast: Vec<_> = (1..=2)
+        .map(|i| TestServer::start(&job, &format!("algo-{i}"), |_| {}))
+        .collect();
+    let slow = TestServer::serving(
+        Arc::new(Slow {
+            engine: engine(&job),
+            delay,
+        }),
+        "algo-3",
+        |_| {},
+    );
+    let client = connect(&job, &hosts(&[&fast[0], &fast[1], &slow]));
+    let mut stream = client.stream(input(&job, &client, 2, deterministic), None);
+    let batches = drain(&mut stream);
+    (batches, client.backup_shards(), client.duplicate_batches())
+}
+
+#[test]
+fn a_straggling_server_is_hedged_and_every_sample_arrives_once() {
+    // 300 ms a batch against about 1 ms: its shards are overdue at once.
+    let (batches, backups, duplicates) = with_a_straggler(Duration::from_millis(300), false);
+    assert_exactly_once(&batches, 2, 600);
+    assert!(backups > 0, "no shard of the straggler was backed up");
+    // 2 epochs of 15 shards: at most a tenth of them plus one per credit (3 × 2) each.
+    assert!(backups <= 2 * (2 + 6), "{backups} backups");
+    eprintln!("backups {backups}, duplicates dropped {duplicates}");
+}
+
+#[test]
+fn hedging_keeps_deterministic_order() {
+    let job = job();
+    let reference = {
+        let server = TestServer::start(&job, "algo-1", |_| {});
+        let client = connect(&job, &hosts(&[&server]));
+        let mut stream = client.stream(input(&job, &client, 2, true), None);
+        drain(&mut stream)
+    };
+    let (batches, backups, _) = with_a_straggler(Duration::from_millis(300), true);
+    assert!(backups > 0, "no shard of the straggler was backed up");
+    assert_eq!(batches, reference, "same batches, same pixels, same order");
 }

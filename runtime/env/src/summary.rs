@@ -51,6 +51,14 @@ pub struct Summary {
     /// share beside them (0: none).
     #[serde(default)]
     pub local_threads: u32,
+    /// Backup copies of shards a source fell behind on, streamed from another source too
+    /// (hedging; 0 without data hosts).
+    #[serde(default)]
+    pub backup_shards: u64,
+    /// Batches dropped because another copy had delivered them (a hedged shard, or a server
+    /// given up on that still sent).
+    #[serde(default)]
+    pub duplicate_batches: u64,
 }
 
 impl Summary {

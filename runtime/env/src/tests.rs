@@ -152,6 +152,8 @@ fn a_summary_reads_back_exactly() {
         resumed_from_step: None,
         batches_by_source: Default::default(),
         local_threads: 0,
+        backup_shards: 0,
+        duplicate_batches: 0,
     };
     let dir = tempfile::tempdir().unwrap();
     summary.write(dir.path()).unwrap();

@@ -116,6 +116,8 @@ pub fn run(
             let result = run(&mut open).map(|mut s| {
                 s.batches_by_source = client.batches_by_source();
                 s.local_threads = client.local_threads() as u32;
+                s.backup_shards = client.backup_shards();
+                s.duplicate_batches = client.duplicate_batches();
                 s
             });
             let result = result.and_then(|s| record(s, &paths));

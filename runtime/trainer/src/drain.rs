@@ -78,6 +78,8 @@ pub fn drain(
         resumed_from_step: None,
         batches_by_source: Default::default(),
         local_threads: 0,
+        backup_shards: 0,
+        duplicate_batches: 0,
     };
     Ok(summary)
 }

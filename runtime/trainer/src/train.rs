@@ -300,6 +300,8 @@ impl<'a> Run<'a> {
             // The launcher knows where the input came from and adds it before it reports.
             batches_by_source: Default::default(),
             local_threads: 0,
+            backup_shards: 0,
+            duplicate_batches: 0,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! the servers (see [`scheduler`]); [`Client::batches_by_source`] says who made what.
 
 mod connect;
+mod hedge;
 mod job;
 mod scheduler;
 
@@ -131,16 +132,34 @@ pub struct Client {
     counts: Arc<SourceCounts>,
 }
 
-/// Batches yielded per source since the client was made, over all its streams.
+/// Batches yielded per source since the client was made, over all its streams, and what
+/// hedging cost ([`hedge`]).
 pub(crate) struct SourceCounts {
     names: Vec<String>,
     counts: Vec<AtomicU64>,
+    backups: AtomicU64,
+    duplicates: AtomicU64,
 }
 
 impl SourceCounts {
     fn new(names: Vec<String>) -> Self {
         let counts = names.iter().map(|_| AtomicU64::new(0)).collect();
-        Self { names, counts }
+        Self {
+            names,
+            counts,
+            backups: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+        }
+    }
+
+    /// A backup copy of a shard was started.
+    pub(crate) fn backup(&self) {
+        self.backups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A batch that had arrived already was dropped.
+    pub(crate) fn duplicate(&self) {
+        self.duplicates.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One more batch of source `slot` yielded.
@@ -222,6 +241,17 @@ impl Client {
     /// hybrid input.
     pub fn batches_by_source(&self) -> BTreeMap<String, u64> {
         self.counts.snapshot()
+    }
+
+    /// Backup copies of overdue shards started so far ([`hedge`]).
+    pub fn backup_shards(&self) -> u64 {
+        self.counts.backups.load(Ordering::Relaxed)
+    }
+
+    /// Batches dropped so far because another copy had delivered them (a hedged shard, or a
+    /// server given up on that still sent).
+    pub fn duplicate_batches(&self) -> u64 {
+        self.counts.duplicates.load(Ordering::Relaxed)
     }
 
     /// The connected servers.

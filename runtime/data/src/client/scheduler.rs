@@ -9,6 +9,10 @@
 //! In deterministic mode batches are yielded in plan order whoever produced them, and no shard
 //! is started more than a window ahead of the one being yielded, which bounds the buffer.
 //!
+//! A source that falls behind its peers gets its shards hedged ([`super::hedge`]): another
+//! source streams the rest of the shard too, the first copy of each batch wins, and the loser
+//! is dropped once the shard is whole.
+//!
 //! A source is a data server or, in a hybrid job, the pipeline on the trainer's own host
 //! ([`Source::Local`]): the same engine on a blocking thread, with credits like a server's. It
 //! takes shards from the same queue by the same rule, so each side gets work in proportion to
@@ -16,14 +20,20 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use hetgen_pipeline::{Batch, Engine, EpochPlan, InputConfig, Position};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
+use super::hedge::{self, Pace};
 use super::{ClientConfig, ClientError, Delivery, LOCAL_SOURCE, Server, SourceCounts};
 use crate::checksum::batch_checksum;
 use crate::proto::{AckRequest, HeartbeatRequest, ShardRequest};
+
+/// How often overdue shards are looked for.
+const HEDGE_TICK: Duration = Duration::from_millis(100);
 
 enum Event {
     Batch {
@@ -75,6 +85,17 @@ struct Slot {
     source: Source,
     alive: bool,
     inflight: u32,
+    /// Since when a shard of it was overdue: it gets no new shards until it answers a
+    /// heartbeat or delivers a batch after that.
+    behind: Option<Instant>,
+}
+
+/// One source streaming a shard (a shard has two while it is hedged).
+struct Copy {
+    slot: usize,
+    cancel: CancellationToken,
+    /// When it delivered its last batch, or was started: its pace's clock.
+    last: Instant,
 }
 
 struct ShardState {
@@ -85,6 +106,10 @@ struct ShardState {
     yielded: u32,
     /// Received batches not yet yielded, with the slot that made each.
     buffer: BTreeMap<u32, (Batch, usize)>,
+    /// The sources streaming it now.
+    copies: Vec<Copy>,
+    /// When its last batch arrived, or it was asked for.
+    last_progress: Instant,
 }
 
 pub(super) struct Scheduler {
@@ -94,8 +119,13 @@ pub(super) struct Scheduler {
     start: Position,
     out: mpsc::Sender<Delivery>,
     last_error: String,
-    duplicates: u64,
     counts: Arc<SourceCounts>,
+    pace: Pace,
+    /// Backups the current epoch may still start.
+    backups_left: u32,
+    /// Per slot, when a server last answered a heartbeat (ms since `started`).
+    answered: Arc<Vec<AtomicU64>>,
+    started: Instant,
 }
 
 impl Scheduler {
@@ -107,23 +137,28 @@ impl Scheduler {
         out: mpsc::Sender<Delivery>,
         counts: Arc<SourceCounts>,
     ) -> Self {
-        let slots = sources
+        let slots: Vec<Slot> = sources
             .into_iter()
             .map(|source| Slot {
                 source,
                 alive: true,
                 inflight: 0,
+                behind: None,
             })
             .collect();
+        let answered = Arc::new(slots.iter().map(|_| AtomicU64::new(0)).collect());
         Self {
+            pace: Pace::new(slots.len()),
             slots,
             config,
             input,
             start,
             out,
             last_error: String::new(),
-            duplicates: 0,
             counts,
+            backups_left: 0,
+            answered,
+            started: Instant::now(),
         }
     }
 
@@ -131,13 +166,16 @@ impl Scheduler {
         let heartbeat = tokio::spawn(heartbeats(
             self.slots
                 .iter()
-                .filter_map(|s| match &s.source {
-                    Source::Remote(server) => Some((**server).clone()),
+                .enumerate()
+                .filter_map(|(i, s)| match &s.source {
+                    Source::Remote(server) => Some((i, (**server).clone())),
                     Source::Local(_) => None,
                 })
                 .collect(),
             self.config.trainer_id.clone(),
             self.config.heartbeat,
+            self.answered.clone(),
+            self.started,
         ));
         let mut epoch = self.start.epoch;
         loop {
@@ -186,6 +224,8 @@ impl Scheduler {
                     received: done,
                     yielded: done,
                     buffer: BTreeMap::new(),
+                    copies: Vec::new(),
+                    last_progress: Instant::now(),
                 }
             })
             .collect();
@@ -194,6 +234,10 @@ impl Scheduler {
             .collect();
         let mut cursor = 0usize; // deterministic mode: the shard being yielded
         let (events_tx, mut events) = mpsc::channel::<Event>(16);
+        let credits: u32 = self.slots.iter().map(|s| s.source.credits()).sum();
+        self.backups_left = hedge::allowance(shards.len(), credits);
+        let mut tick = tokio::time::interval(HEDGE_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
         loop {
             while cursor < shards.len() && shards[cursor].yielded == shards[cursor].total {
@@ -208,11 +252,18 @@ impl Scheduler {
             {
                 return Ok(true);
             }
-            self.assign(epoch, &mut queue, &shards, cursor, &events_tx);
+            self.assign(epoch, &mut queue, &mut shards, cursor, &events_tx);
             if !self.slots.iter().any(|s| s.alive) {
                 return Err(ClientError::AllServersFailed(self.last_error.clone()));
             }
-            let Some(event) = events.recv().await else {
+            let event = tokio::select! {
+                event = events.recv() => event,
+                _ = tick.tick() => {
+                    self.hedge(epoch, &mut shards, queue.is_empty(), cursor, &events_tx);
+                    continue;
+                }
+            };
+            let Some(event) = event else {
                 unreachable!("the scheduler holds a sender");
             };
             match event {
@@ -222,9 +273,17 @@ impl Scheduler {
                     index,
                     batch,
                 } => {
+                    // A source that delivers is not behind, whatever it delivers, and its
+                    // pace is that of its own copy.
+                    self.slots[server].behind = None;
+                    let now = Instant::now();
                     let state = &mut shards[shard];
+                    if let Some(copy) = state.copies.iter_mut().find(|c| c.slot == server) {
+                        self.pace.observe(server, now - copy.last);
+                        copy.last = now;
+                    }
                     if index < state.received {
-                        self.duplicates += 1;
+                        self.counts.duplicate();
                         tracing::debug!(shard = state.id, index, "duplicate batch dropped");
                         continue;
                     }
@@ -233,8 +292,15 @@ impl Scheduler {
                     if index > state.received {
                         continue;
                     }
+                    state.last_progress = now;
                     state.received += 1;
                     state.buffer.insert(index, (batch, server));
+                    if state.received == state.total {
+                        // Whole: a hedged shard's other copy is dropped, which ends its work.
+                        for copy in state.copies.iter().filter(|c| c.slot != server) {
+                            copy.cancel.cancel();
+                        }
+                    }
                     let from = if self.input.deterministic {
                         cursor
                     } else {
@@ -246,10 +312,11 @@ impl Scheduler {
                 }
                 Event::Ended { server, shard } => {
                     self.slots[server].inflight -= 1;
-                    let state = &shards[shard];
+                    let state = &mut shards[shard];
+                    state.copies.retain(|c| c.slot != server);
                     if state.received == state.total {
                         self.ack(server, epoch, state.id);
-                    } else if !queue.contains(&shard) {
+                    } else if state.copies.is_empty() && !queue.contains(&shard) {
                         let host = self.slots[server].source.name().to_owned();
                         self.last_error = format!("{host} ended shard {} early", state.id);
                         tracing::warn!(%host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
@@ -279,8 +346,12 @@ impl Scheduler {
                         tracing::warn!(%host, %error, "data server failed; its unfinished shards go to the others");
                     }
                     self.last_error = format!("{host}: {error}");
-                    let state = &shards[shard];
-                    if state.received < state.total && !queue.contains(&shard) {
+                    let state = &mut shards[shard];
+                    state.copies.retain(|c| c.slot != server);
+                    if state.received < state.total
+                        && state.copies.is_empty()
+                        && !queue.contains(&shard)
+                    {
                         queue.push_front(shard);
                     }
                 }
@@ -312,7 +383,7 @@ impl Scheduler {
         &mut self,
         epoch: u32,
         queue: &mut VecDeque<usize>,
-        shards: &[ShardState],
+        shards: &mut [ShardState],
         cursor: usize,
         events: &mpsc::Sender<Event>,
     ) {
@@ -327,49 +398,138 @@ impl Scheduler {
             if self.input.deterministic && next >= window {
                 return;
             }
-            let best = self
-                .slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.alive && s.inflight < s.source.credits())
-                .max_by_key(|(i, s)| (s.source.credits() - s.inflight, std::cmp::Reverse(*i)))
-                .map(|(i, _)| i);
-            let Some(server) = best else { return };
+            let Some(slot) = self.free_slot(&shards[next]) else {
+                return;
+            };
             queue.pop_front();
-            self.slots[server].inflight += 1;
-            let state = &shards[next];
-            match &self.slots[server].source {
-                Source::Remote(client) => {
-                    let task = ShardTask {
-                        server,
-                        shard: next,
-                        client: (**client).clone(),
-                        epoch,
-                        shard_id: state.id,
-                        ids: state.ids.clone(),
-                        from: state.received,
-                        batch_size: self.input.batch_size,
-                        trainer_id: self.config.trainer_id.clone(),
-                        stall: self.config.stall_timeout,
-                        events: events.clone(),
-                    };
-                    tokio::spawn(task.run());
-                }
-                Source::Local(engine) => {
-                    let task = LocalShard {
-                        server,
-                        shard: next,
-                        engine: engine.clone(),
-                        epoch,
-                        shard_id: state.id,
-                        ids: state.ids.clone(),
-                        from: state.received,
-                        batch_size: self.input.batch_size,
-                        events: events.clone(),
-                    };
-                    tokio::spawn(task.run());
-                }
+            shards[next].last_progress = Instant::now();
+            self.start_copy(epoch, next, slot, shards, events);
+        }
+    }
+
+    /// The source to give a shard to: alive, not behind, not streaming this shard already,
+    /// with a free credit; the one with the most free credits.
+    fn free_slot(&self, shard: &ShardState) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| {
+                s.alive
+                    && s.behind.is_none()
+                    && s.inflight < s.source.credits()
+                    && !shard.copies.iter().any(|c| c.slot == *i)
+            })
+            .max_by_key(|(i, s)| (s.source.credits() - s.inflight, std::cmp::Reverse(*i)))
+            .map(|(i, _)| i)
+    }
+
+    /// Stream shard `next` on `slot`, from its first batch not yet received.
+    fn start_copy(
+        &mut self,
+        epoch: u32,
+        next: usize,
+        slot: usize,
+        shards: &mut [ShardState],
+        events: &mpsc::Sender<Event>,
+    ) {
+        self.slots[slot].inflight += 1;
+        let cancel = CancellationToken::new();
+        let state = &mut shards[next];
+        state.copies.push(Copy {
+            slot,
+            cancel: cancel.clone(),
+            last: Instant::now(),
+        });
+        match &self.slots[slot].source {
+            Source::Remote(client) => {
+                let task = ShardTask {
+                    server: slot,
+                    shard: next,
+                    client: (**client).clone(),
+                    epoch,
+                    shard_id: state.id,
+                    ids: state.ids.clone(),
+                    from: state.received,
+                    batch_size: self.input.batch_size,
+                    trainer_id: self.config.trainer_id.clone(),
+                    stall: self.config.stall_timeout,
+                    events: events.clone(),
+                };
+                tokio::spawn(task.run(cancel));
             }
+            Source::Local(engine) => {
+                let task = LocalShard {
+                    server: slot,
+                    shard: next,
+                    engine: engine.clone(),
+                    epoch,
+                    shard_id: state.id,
+                    ids: state.ids.clone(),
+                    from: state.received,
+                    batch_size: self.input.batch_size,
+                    events: events.clone(),
+                };
+                tokio::spawn(task.run(cancel));
+            }
+        }
+    }
+
+    /// Back up the overdue shards that are in the way ([`hedge`]): at the epoch's tail
+    /// (`tail`: nothing left in the queue) any of them, in deterministic mode the one being
+    /// yielded. Their sources are marked behind; a source behind that answered a heartbeat
+    /// since is not any more.
+    fn hedge(
+        &mut self,
+        epoch: u32,
+        shards: &mut [ShardState],
+        tail: bool,
+        cursor: usize,
+        events: &mpsc::Sender<Event>,
+    ) {
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let answered = Duration::from_millis(self.answered[i].load(Ordering::Relaxed));
+            if slot
+                .behind
+                .is_some_and(|since| self.started + answered > since)
+            {
+                slot.behind = None;
+            }
+        }
+        let counted = |i: usize| self.slots[i].alive && self.slots[i].behind.is_none();
+        let Some(patience) = self.pace.patience(counted) else {
+            return;
+        };
+        let now = Instant::now();
+        for next in 0..shards.len() {
+            let state = &shards[next];
+            let in_the_way = tail || (self.input.deterministic && next == cursor);
+            if !in_the_way
+                || state.copies.len() != 1
+                || state.received == state.total
+                || now - state.last_progress < patience
+            {
+                continue;
+            }
+            let late = state.copies[0].slot;
+            if self.slots[late].behind.is_none() {
+                self.slots[late].behind = Some(now);
+            }
+            if self.backups_left == 0 {
+                continue;
+            }
+            let Some(slot) = self.free_slot(state) else {
+                continue;
+            };
+            tracing::info!(
+                shard = state.id,
+                behind = self.slots[late].source.name(),
+                backup = self.slots[slot].source.name(),
+                quiet_ms = (now - state.last_progress).as_millis() as u64,
+                "shard overdue; streaming the rest from another source too"
+            );
+            self.backups_left -= 1;
+            self.counts.backup();
+            self.start_copy(epoch, next, slot, shards, events);
         }
     }
 
@@ -392,14 +552,6 @@ impl Scheduler {
     }
 }
 
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        if self.duplicates > 0 {
-            tracing::info!(duplicates = self.duplicates, "duplicate batches dropped");
-        }
-    }
-}
-
 struct ShardTask {
     server: usize,
     shard: usize,
@@ -415,8 +567,14 @@ struct ShardTask {
 }
 
 impl ShardTask {
-    async fn run(self) {
-        let event = match self.stream().await {
+    /// Stream until the shard ends, fails, or `cancel` (the shard arrived whole from another
+    /// source): dropping the stream resets it, and the server stops making the shard.
+    async fn run(self, cancel: CancellationToken) {
+        let result = tokio::select! {
+            result = self.stream() => result,
+            _ = cancel.cancelled() => Ok(()),
+        };
+        let event = match result {
             Ok(()) => Event::Ended {
                 server: self.server,
                 shard: self.shard,
@@ -540,10 +698,10 @@ struct LocalShard {
 }
 
 impl LocalShard {
-    async fn run(self) {
+    async fn run(self, cancel: CancellationToken) {
         let (server, shard) = (self.server, self.shard);
         let events = self.events.clone();
-        let work = tokio::task::spawn_blocking(move || self.make());
+        let work = tokio::task::spawn_blocking(move || self.make(&cancel));
         let event = match work.await {
             Ok(Ok(())) => Event::Ended { server, shard },
             // The same sample fails the same way on every server: a data error.
@@ -564,8 +722,9 @@ impl LocalShard {
         let _ = events.send(event).await;
     }
 
-    /// Run the shard from batch `from` on; stops early once the scheduler is gone.
-    fn make(&self) -> Result<(), String> {
+    /// Run the shard from batch `from` on; stops early once the scheduler is gone or the
+    /// shard arrived whole from another source.
+    fn make(&self, cancel: &CancellationToken) -> Result<(), String> {
         let bs = self.batch_size as usize;
         let ids = &self.ids[(self.from as usize * bs).min(self.ids.len())..];
         self.engine
@@ -575,6 +734,9 @@ impl LocalShard {
                 ids,
                 self.batch_size,
                 &mut |mut batch| {
+                    if cancel.is_cancelled() {
+                        return false;
+                    }
                     batch.index += self.from;
                     let event = Event::Batch {
                         server: self.server,
@@ -605,10 +767,18 @@ fn status_error(status: tonic::Status) -> (String, bool) {
     (format!("{:?}: {}", status.code(), status.message()), fatal)
 }
 
-async fn heartbeats(servers: Vec<Server>, trainer_id: String, every: Duration) {
+/// Heartbeat every server (slot, server) each `every`; a server's answer is written, as ms
+/// since `started`, into its slot of `answered`.
+async fn heartbeats(
+    servers: Vec<(usize, Server)>,
+    trainer_id: String,
+    every: Duration,
+    answered: Arc<Vec<AtomicU64>>,
+    started: Instant,
+) {
     loop {
         tokio::time::sleep(every).await;
-        for server in &servers {
+        for (slot, server) in &servers {
             let mut client = server.client.clone();
             let request = HeartbeatRequest {
                 trainer_id: trainer_id.clone(),
@@ -617,6 +787,7 @@ async fn heartbeats(servers: Vec<Server>, trainer_id: String, every: Duration) {
                 .await
             {
                 Ok(Ok(response)) => {
+                    answered[*slot].store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
                     if let Some(s) = response.into_inner().stats {
                         tracing::debug!(host = %server.host, samples_per_s = s.samples_per_s, queue_depth = s.queue_depth, busy_threads = s.busy_threads, "data server stats");
                     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hetgen_data::client::{Client, ClientConfig};
-use hetgen_data::server::{ServerConfig, StopReason, serve};
+use hetgen_data::server::{Batches, ServerConfig, StopReason, serve};
 use hetgen_pipeline::{Batch, BatchStream, Engine, InputConfig, StageRegistry};
 use hetgen_spec::model::Job;
 
@@ -33,7 +33,15 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(job: &Job, name: &str, configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
-        let engine = engine(job);
+        TestServer::serving(engine(job), name, configure)
+    }
+
+    /// A server of `engine`'s batches (a test's own producer: a slow one, say).
+    pub fn serving(
+        engine: Arc<dyn Batches>,
+        name: &str,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
         let mut config = ServerConfig::new(name.to_owned(), TOKEN.to_owned(), &*engine);
         configure(&mut config);
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
