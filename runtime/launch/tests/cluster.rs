@@ -76,16 +76,8 @@ fn a_cnn_trained_through_two_data_servers_classifies_held_out_digits() {
 fn remote_and_local_input_give_the_same_loss_sequence() {
     let job = spec("ab").job();
     let remote_dir = tempfile::tempdir().unwrap();
-    let audit = remote_dir.path().join("audit.txt");
-    let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
-    let remote = run_completed(&prepare_with_env(&job, remote_dir.path(), 1, env));
     // The audit file: every sample the trainer's input yielded, once per epoch; epoch 0 whole.
-    let mut seen = std::collections::BTreeSet::new();
-    for line in std::fs::read_to_string(&audit).unwrap().lines() {
-        let (epoch, id) = line.split_once(' ').unwrap();
-        let key: (u32, u64) = (epoch.parse().unwrap(), id.parse().unwrap());
-        assert!(seen.insert(key), "sample {key:?} yielded twice");
-    }
+    let (remote, seen) = run_audited(&job, remote_dir.path(), 1);
     assert_eq!(seen.iter().filter(|(e, _)| *e == 0).count(), 640);
     assert!(seen.iter().filter(|(e, _)| *e == 1).count() >= 20 * 16);
 
@@ -119,15 +111,7 @@ fn hybrid_spec() -> Spec {
 fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
     let job = hybrid_spec().job();
     let dir = tempfile::tempdir().unwrap();
-    let audit = dir.path().join("audit.txt");
-    let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
-    let hybrid = run_completed(&prepare_with_env(&job, dir.path(), 1, env));
-    let mut seen = std::collections::BTreeSet::new();
-    for line in std::fs::read_to_string(&audit).unwrap().lines() {
-        let (epoch, id) = line.split_once(' ').unwrap();
-        let key: (u32, u64) = (epoch.parse().unwrap(), id.parse().unwrap());
-        assert!(seen.insert(key), "sample {key:?} yielded twice");
-    }
+    let (hybrid, seen) = run_audited(&job, dir.path(), 1);
     assert_eq!(seen.iter().filter(|(e, _)| *e == 0).count(), 640);
 
     // The summary says who made what: this host and the data hosts, 60 batches in all, and

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,11 +45,7 @@ pub fn prepare(job: &Job, dir: &Path, seed: u64) -> LocalJob {
 
 /// [`prepare`], with `env` in every host's environment.
 pub fn prepare_with_env(job: &Job, dir: &Path, seed: u64, env: Vec<(String, String)>) -> LocalJob {
-    let job_file = dir.join("job.json");
-    let file = serde_json::json!({
-        "generated_by": "test", "spec": "hetgen.toml", "spec_sha256": "", "job": job,
-    });
-    std::fs::write(&job_file, file.to_string()).unwrap();
+    let job_file = hetgen_fixtures::write_job_file(dir, job, "hetgen.toml");
     let caller_env = std::env::vars().filter(|(k, _)| k == "RUST_LOG").collect();
     let options = RunOptions {
         job_dir: dir.join("run"),
@@ -90,6 +87,22 @@ pub fn run_completed(local: &LocalJob) -> JobRecord {
         lines.0.join("\n")
     );
     record
+}
+
+/// [`run_completed`] for `job` laid out under `dir`, with an audit file: the record and every
+/// sample the trainer's input yielded, as (epoch, id). A sample yielded twice in one epoch
+/// fails the test.
+pub fn run_audited(job: &Job, dir: &Path, seed: u64) -> (JobRecord, BTreeSet<(u32, u64)>) {
+    let audit = dir.join("audit.txt");
+    let env = vec![("HETGEN_AUDIT_FILE".to_owned(), audit.display().to_string())];
+    let record = run_completed(&prepare_with_env(job, dir, seed, env));
+    let mut seen = BTreeSet::new();
+    for line in std::fs::read_to_string(&audit).unwrap().lines() {
+        let (epoch, id) = line.split_once(' ').unwrap();
+        let key: (u32, u64) = (epoch.parse().unwrap(), id.parse().unwrap());
+        assert!(seen.insert(key), "sample {key:?} yielded twice");
+    }
+    (record, seen)
 }
 
 /// The losses of the trainer's `hetgen-step` lines, in order.
