@@ -6,7 +6,7 @@ use crate::catalog::Catalog;
 use crate::check::Ctx;
 use crate::model::{Channel, Group, Role, S3Distribution};
 use crate::path;
-use crate::raw::RawSpec;
+use crate::raw::{RawChannel, RawInstanceGroup, RawSpec};
 use crate::rules::{int_in, is_remote_uri};
 use crate::suggest::did_you_mean;
 
@@ -40,100 +40,133 @@ pub(super) fn groups(ctx: &mut Ctx<'_>, raw: &RawSpec) -> Vec<Group> {
     }
 
     let mut seen = BTreeSet::new();
-    let mut groups = Vec::new();
-    for (i, g) in raw.instance_group.iter().enumerate() {
-        let at = path!["instance_group", i];
-        let name_ok = !g.name.is_empty() && g.name.chars().count() <= 64;
-        if !name_ok || g.name.chars().any(char::is_control) {
-            ctx.error(
-                "hetgen::spec::group-name",
-                &at.at("name"),
-                format!("`{}` is not a valid instance group name", g.name),
-                "1 to 64 printable characters",
-                "name the group with 1 to 64 printable characters, e.g. `data_group`",
-            );
-        }
-        if !seen.insert(g.name.as_str()) {
-            ctx.error(
-                "hetgen::spec::duplicate-group",
-                &at.at("name"),
-                format!("instance group `{}` is defined twice", g.name),
-                "second definition",
-                "give every instance group its own name",
-            );
-        }
-        let count = g.count.unwrap_or(1);
-        int_in(
-            ctx,
-            "hetgen::spec::instance-count",
-            &at.at("count"),
-            count,
-            (1, 10_000),
-            "`count`",
-        );
-
-        let entry = catalog.get(&g.instance_type);
-        if entry.is_none() {
-            unknown_instance_type(
-                ctx,
-                catalog,
-                i,
-                &g.instance_type,
-                g.allow_unknown_instance_type,
-            );
-        }
-        if let Some(price) = g.price_per_hour
-            && !(price.is_finite() && price >= 0.0)
-        {
-            ctx.error(
-                "hetgen::spec::price",
-                &at.at("price_per_hour"),
-                format!("`price_per_hour` is `{price}`"),
-                "not a price",
-                "give the on-demand price in USD per instance-hour, 0 or more",
-            );
-        }
-        if g.distribution.is_some() && g.role != Role::Trainer {
-            ctx.error(
-                "hetgen::spec::distribution-group",
-                &at.at("distribution"),
-                format!("data group `{}` has a distribution strategy", g.name),
-                "only the trainer group may have one",
-                "remove `distribution` here; SageMaker applies a strategy to one group only",
-            );
-        }
-        let gpus = entry.map(|e| e.gpus);
-        match (g.role, gpus) {
-            (Role::Data, Some(n)) if n > 0 => ctx.warn(
-                "hetgen::spec::data-group-gpus",
-                &at.at("instance_type"),
-                format!("data group `{}` runs on `{}`, which has {n} GPU(s)", g.name, g.instance_type),
-                "the data role uses only CPUs",
-                "pick a CPU instance type (e.g. `ml.c5.9xlarge`) for preprocessing; GPUs here sit idle",
-            ),
-            (Role::Trainer, Some(0)) => ctx.warn(
-                "hetgen::spec::trainer-without-gpus",
-                &at.at("instance_type"),
-                format!("trainer group `{}` runs on `{}`, which has no GPU", g.name, g.instance_type),
-                "trains on CPU",
-                "use a GPU instance type (e.g. `ml.p3.2xlarge`) unless CPU training is intended",
-            ),
-            _ => {}
-        }
-        groups.push(Group {
-            name: g.name.clone(),
-            instance_type: g.instance_type.clone(),
-            count: count.clamp(1, 10_000) as u32,
-            role: g.role,
-            distribution: g.distribution,
-            vcpus: entry.map(|e| e.vcpus),
-            gpus,
-            price_per_hour: g.price_per_hour.or(entry.and_then(|e| e.price_per_hour)),
-        });
-    }
-
+    let groups = (raw.instance_group.iter().enumerate())
+        .map(|(i, g)| group(ctx, catalog, i, g, &mut seen))
+        .collect();
     trainer_groups(ctx, raw);
     groups
+}
+
+/// One `[[instance_group]]`, with what the catalog knows of its type; `seen` holds the names
+/// of the groups before it.
+fn group<'a>(
+    ctx: &mut Ctx<'_>,
+    catalog: &Catalog,
+    i: usize,
+    g: &'a RawInstanceGroup,
+    seen: &mut BTreeSet<&'a str>,
+) -> Group {
+    let at = path!["instance_group", i];
+    group_name(ctx, i, g, seen);
+    let count = g.count.unwrap_or(1);
+    int_in(
+        ctx,
+        "hetgen::spec::instance-count",
+        &at.at("count"),
+        count,
+        (1, 10_000),
+        "`count`",
+    );
+
+    let entry = catalog.get(&g.instance_type);
+    if entry.is_none() {
+        unknown_instance_type(
+            ctx,
+            catalog,
+            i,
+            &g.instance_type,
+            g.allow_unknown_instance_type,
+        );
+    }
+    if let Some(price) = g.price_per_hour
+        && !(price.is_finite() && price >= 0.0)
+    {
+        ctx.error(
+            "hetgen::spec::price",
+            &at.at("price_per_hour"),
+            format!("`price_per_hour` is `{price}`"),
+            "not a price",
+            "give the on-demand price in USD per instance-hour, 0 or more",
+        );
+    }
+    if g.distribution.is_some() && g.role != Role::Trainer {
+        ctx.error(
+            "hetgen::spec::distribution-group",
+            &at.at("distribution"),
+            format!("data group `{}` has a distribution strategy", g.name),
+            "only the trainer group may have one",
+            "remove `distribution` here; SageMaker applies a strategy to one group only",
+        );
+    }
+    let gpus = entry.map(|e| e.gpus);
+    gpu_warnings(ctx, i, g, gpus);
+    Group {
+        name: g.name.clone(),
+        instance_type: g.instance_type.clone(),
+        count: count.clamp(1, 10_000) as u32,
+        role: g.role,
+        distribution: g.distribution,
+        vcpus: entry.map(|e| e.vcpus),
+        gpus,
+        price_per_hour: g.price_per_hour.or(entry.and_then(|e| e.price_per_hour)),
+    }
+}
+
+/// A group's name: printable, 1 to 64 characters, and its own.
+fn group_name<'a>(
+    ctx: &mut Ctx<'_>,
+    i: usize,
+    g: &'a RawInstanceGroup,
+    seen: &mut BTreeSet<&'a str>,
+) {
+    let at = path!["instance_group", i, "name"];
+    let name_ok = !g.name.is_empty() && g.name.chars().count() <= 64;
+    if !name_ok || g.name.chars().any(char::is_control) {
+        ctx.error(
+            "hetgen::spec::group-name",
+            &at,
+            format!("`{}` is not a valid instance group name", g.name),
+            "1 to 64 printable characters",
+            "name the group with 1 to 64 printable characters, e.g. `data_group`",
+        );
+    }
+    if !seen.insert(g.name.as_str()) {
+        ctx.error(
+            "hetgen::spec::duplicate-group",
+            &at,
+            format!("instance group `{}` is defined twice", g.name),
+            "second definition",
+            "give every instance group its own name",
+        );
+    }
+}
+
+/// GPUs a data group would leave idle, or a trainer without any: allowed, but likely a slip.
+fn gpu_warnings(ctx: &mut Ctx<'_>, i: usize, g: &RawInstanceGroup, gpus: Option<u32>) {
+    let at = path!["instance_group", i, "instance_type"];
+    match (g.role, gpus) {
+        (Role::Data, Some(n)) if n > 0 => ctx.warn(
+            "hetgen::spec::data-group-gpus",
+            &at,
+            format!(
+                "data group `{}` runs on `{}`, which has {n} GPU(s)",
+                g.name, g.instance_type
+            ),
+            "the data role uses only CPUs",
+            "pick a CPU instance type (e.g. `ml.c5.9xlarge`) for preprocessing; GPUs here sit idle",
+        ),
+        (Role::Trainer, Some(0)) => ctx.warn(
+            "hetgen::spec::trainer-without-gpus",
+            &at,
+            format!(
+                "trainer group `{}` runs on `{}`, which has no GPU",
+                g.name, g.instance_type
+            ),
+            "trains on CPU",
+            "use a GPU instance type (e.g. `ml.p3.2xlarge`) unless CPU training is intended",
+        ),
+        _ => {}
+    }
 }
 
 fn unknown_instance_type(
@@ -262,58 +295,7 @@ pub(super) fn channels(ctx: &mut Ctx<'_>, raw: &RawSpec, groups: &[Group]) -> Ve
             );
         }
         channel_uri(ctx, raw, i);
-
-        match &c.instance_groups {
-            Some(list) => {
-                if list.is_empty() {
-                    ctx.error(
-                        "hetgen::spec::channel-groups-empty",
-                        &at.at("instance_groups"),
-                        format!("channel `{}` names no instance groups", c.name),
-                        "empty list",
-                        "name the groups that read this channel, or leave `instance_groups` out",
-                    );
-                }
-                let mut listed = BTreeSet::new();
-                for (j, name) in list.iter().enumerate() {
-                    let item = at.at("instance_groups").at(j);
-                    if !group_names.contains(&name.as_str()) {
-                        let help = match did_you_mean(name, group_names.iter().copied()) {
-                            Some(s) => format!("did you mean `{s}`?"),
-                            None => {
-                                format!("name one of the job's groups: {}", ticked(&group_names))
-                            }
-                        };
-                        ctx.error(
-                            "hetgen::spec::unknown-group",
-                            &item,
-                            format!("channel `{}` names unknown instance group `{name}`", c.name),
-                            "no such group",
-                            help,
-                        );
-                    } else if !listed.insert(name.as_str()) {
-                        ctx.error(
-                            "hetgen::spec::duplicate-channel-group",
-                            &item,
-                            format!("group `{name}` is listed twice"),
-                            "listed twice",
-                            "list each group once",
-                        );
-                    }
-                }
-            }
-            None if named > 0 => ctx.error(
-                "hetgen::spec::channel-groups-partial",
-                &at.at("name"),
-                format!(
-                    "channel `{}` names no instance groups, but other channels do",
-                    c.name
-                ),
-                "no `instance_groups`",
-                "SageMaker needs `instance_groups` on every channel once one has it; add it here",
-            ),
-            None => {}
-        }
+        channel_groups(ctx, i, c, &group_names, named > 0);
 
         let local_path = c
             .local_path
@@ -330,6 +312,67 @@ pub(super) fn channels(ctx: &mut Ctx<'_>, raw: &RawSpec, groups: &[Group]) -> Ve
         });
     }
     channels
+}
+
+/// A channel's `instance_groups`: the job's groups, each once; on every channel or on none
+/// (`others_name_groups`: another channel has the key).
+fn channel_groups(
+    ctx: &mut Ctx<'_>,
+    i: usize,
+    c: &RawChannel,
+    group_names: &[&str],
+    others_name_groups: bool,
+) {
+    let at = path!["channel", i];
+    let Some(list) = &c.instance_groups else {
+        if others_name_groups {
+            ctx.error(
+                "hetgen::spec::channel-groups-partial",
+                &at.at("name"),
+                format!(
+                    "channel `{}` names no instance groups, but other channels do",
+                    c.name
+                ),
+                "no `instance_groups`",
+                "SageMaker needs `instance_groups` on every channel once one has it; add it here",
+            );
+        }
+        return;
+    };
+    if list.is_empty() {
+        ctx.error(
+            "hetgen::spec::channel-groups-empty",
+            &at.at("instance_groups"),
+            format!("channel `{}` names no instance groups", c.name),
+            "empty list",
+            "name the groups that read this channel, or leave `instance_groups` out",
+        );
+    }
+    let mut listed = BTreeSet::new();
+    for (j, name) in list.iter().enumerate() {
+        let item = at.at("instance_groups").at(j);
+        if !group_names.contains(&name.as_str()) {
+            let help = match did_you_mean(name, group_names.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("name one of the job's groups: {}", ticked(group_names)),
+            };
+            ctx.error(
+                "hetgen::spec::unknown-group",
+                &item,
+                format!("channel `{}` names unknown instance group `{name}`", c.name),
+                "no such group",
+                help,
+            );
+        } else if !listed.insert(name.as_str()) {
+            ctx.error(
+                "hetgen::spec::duplicate-channel-group",
+                &item,
+                format!("group `{name}` is listed twice"),
+                "listed twice",
+                "list each group once",
+            );
+        }
+    }
 }
 
 fn channel_uri(ctx: &mut Ctx<'_>, raw: &RawSpec, index: usize) {
