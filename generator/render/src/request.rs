@@ -224,8 +224,49 @@ pub struct Tag {
 
 /// The request for `job`, which must have a `[sagemaker]` section.
 pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> CreateTrainingJob {
-    let hetero = job.groups.len() > 1;
-    let resource_config = if hetero {
+    CreateTrainingJob {
+        training_job_name: job.name.clone(),
+        role_arn: sm.role_arn.clone(),
+        algorithm_specification: AlgorithmSpecification {
+            training_image: sm.image_uri.clone(),
+            training_input_mode: sm.input_mode,
+            metric_definitions: sm
+                .metrics
+                .iter()
+                .map(|m| MetricDefinition {
+                    name: m.name.clone(),
+                    regex: m.regex.clone(),
+                })
+                .collect(),
+            enable_sagemaker_metrics_time_series: sm.framework.as_ref().map(|_| true),
+        },
+        hyper_parameters: hyperparameters(job, sm),
+        input_data_config: input_data_config(job),
+        output_data_config: OutputDataConfig {
+            s3_output_path: sm.output_path.clone(),
+        },
+        resource_config: resource_config(job, sm),
+        stopping_condition: StoppingCondition {
+            max_runtime_in_seconds: sm.max_runtime_s,
+        },
+        environment: environment(job, sm),
+        vpc_config: sm.vpc.as_ref().map(|v| VpcConfig {
+            security_group_ids: v.security_group_ids.clone(),
+            subnets: v.subnets.clone(),
+        }),
+        enable_inter_container_traffic_encryption: sm.inter_container_encryption,
+        checkpoint_config: sm.checkpoint_uri.as_ref().map(|uri| CheckpointConfig {
+            s3_uri: uri.clone(),
+            local_path: "/opt/ml/checkpoints",
+        }),
+        tags: tags(sm, spec_sha256),
+    }
+}
+
+/// The cluster: the InstanceGroups form for more than one group, else the single-type form
+/// (the only one a warm pool's keep-alive is allowed with).
+fn resource_config(job: &Job, sm: &SageMaker) -> ResourceConfig {
+    if job.groups.len() > 1 {
         ResourceConfig {
             instance_type: None,
             instance_count: None,
@@ -250,63 +291,30 @@ pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Crea
             volume_size_in_gb: sm.volume_gb,
             keep_alive_period_in_seconds: sm.keep_alive_s,
         }
-    };
-    CreateTrainingJob {
-        training_job_name: job.name.clone(),
-        role_arn: sm.role_arn.clone(),
-        algorithm_specification: AlgorithmSpecification {
-            training_image: sm.image_uri.clone(),
-            training_input_mode: sm.input_mode,
-            metric_definitions: sm
-                .metrics
-                .iter()
-                .map(|m| MetricDefinition {
-                    name: m.name.clone(),
-                    regex: m.regex.clone(),
-                })
-                .collect(),
-            enable_sagemaker_metrics_time_series: sm.framework.as_ref().map(|_| true),
-        },
-        hyper_parameters: hyperparameters(job, sm),
-        input_data_config: job
-            .channels
-            .iter()
-            .map(|c| Channel {
-                channel_name: c.name.clone(),
-                data_source: DataSource {
-                    s3_data_source: S3DataSource {
-                        s3_data_type: "S3Prefix",
-                        s3_uri: c.uri.clone(),
-                        s3_data_distribution_type: c.distribution,
-                        // Group names exist only in the InstanceGroups form.
-                        instance_group_names: if hetero {
-                            c.instance_groups.clone()
-                        } else {
-                            Vec::new()
-                        },
+    }
+}
+
+fn input_data_config(job: &Job) -> Vec<Channel> {
+    let hetero = job.groups.len() > 1;
+    job.channels
+        .iter()
+        .map(|c| Channel {
+            channel_name: c.name.clone(),
+            data_source: DataSource {
+                s3_data_source: S3DataSource {
+                    s3_data_type: "S3Prefix",
+                    s3_uri: c.uri.clone(),
+                    s3_data_distribution_type: c.distribution,
+                    // Group names exist only in the InstanceGroups form.
+                    instance_group_names: if hetero {
+                        c.instance_groups.clone()
+                    } else {
+                        Vec::new()
                     },
                 },
-                content_type: c.content_type.clone(),
-                input_mode: c.input_mode,
-            })
-            .collect(),
-        output_data_config: OutputDataConfig {
-            s3_output_path: sm.output_path.clone(),
-        },
-        resource_config,
-        stopping_condition: StoppingCondition {
-            max_runtime_in_seconds: sm.max_runtime_s,
-        },
-        environment: environment(job, sm),
-        vpc_config: sm.vpc.as_ref().map(|v| VpcConfig {
-            security_group_ids: v.security_group_ids.clone(),
-            subnets: v.subnets.clone(),
-        }),
-        enable_inter_container_traffic_encryption: sm.inter_container_encryption,
-        checkpoint_config: sm.checkpoint_uri.as_ref().map(|uri| CheckpointConfig {
-            s3_uri: uri.clone(),
-            local_path: "/opt/ml/checkpoints",
-        }),
-        tags: tags(sm, spec_sha256),
-    }
+            },
+            content_type: c.content_type.clone(),
+            input_mode: c.input_mode,
+        })
+        .collect()
 }
