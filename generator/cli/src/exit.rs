@@ -107,6 +107,16 @@ pub enum Failure {
         )
     )]
     NoSageMaker { spec: PathBuf },
+    /// The operating system gave no randomness for the job token.
+    #[error("cannot make a job token")]
+    #[diagnostic(
+        code(hetgen::deploy::token),
+        help("the operating system's random number generator is unavailable")
+    )]
+    Token {
+        #[source]
+        source: std::io::Error,
+    },
     /// `--name` is not a job name.
     #[error("`{name}` is not a valid training job name")]
     #[diagnostic(

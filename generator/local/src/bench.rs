@@ -216,7 +216,7 @@ impl Setup {
             path: dir.clone(),
             source,
         })?;
-        let job_file = dir.join("job.json");
+        let job_file = dir.join(hetgen_env::JOB_FILE_NAME);
         let file = JobFile {
             generated_by: format!("hetgen {} bench", env!("CARGO_PKG_VERSION")),
             spec: runs.spec.display().to_string(),

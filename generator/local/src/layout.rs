@@ -443,15 +443,6 @@ pub fn inherited_environment(
         .collect()
 }
 
-/// A fresh 32-byte job token, hex.
-pub fn new_token() -> Result<String, LocalError> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| LocalError::Random {
-        message: e.to_string(),
-    })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// `KEY=VALUE` from `--env`.
 pub fn parse_env_flag(flag: &str) -> Result<(String, String), LocalError> {
     match flag.split_once('=') {

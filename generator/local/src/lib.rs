@@ -116,7 +116,7 @@ pub fn spec_max_runtime(job: &Job) -> Option<Duration> {
 
 /// `<job_root>/local/<job>-<timestamp>`, with `-2`, `-3`, … when runs start within a second.
 pub fn default_job_dir(job_root: &Path, name: &str, now: SystemTime) -> PathBuf {
-    let stem = format!("{name}-{}", record::compact_timestamp(now));
+    let stem = format!("{name}-{}", hetgen_spec::model::name_timestamp(now));
     let local = job_root.join("local");
     let mut dir = local.join(&stem);
     let mut n = 2;
@@ -217,7 +217,9 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         inherited,
         variables,
         job_file: toolkit.is_none().then(|| absolute(&options.job_file)),
-        token: layout::new_token()?,
+        token: hetgen_env::job_token().map_err(|e| LocalError::Random {
+            message: e.to_string(),
+        })?,
     };
     let commands = layout
         .cluster

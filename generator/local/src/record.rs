@@ -94,12 +94,6 @@ pub fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_seconds(time.max(SystemTime::UNIX_EPOCH)).to_string()
 }
 
-/// `20250131-120005`: sorts by time and is a valid part of a job name and a file name.
-pub fn compact_timestamp(time: SystemTime) -> String {
-    let digits: String = rfc3339(time).chars().filter(char::is_ascii_digit).collect();
-    format!("{}-{}", &digits[..8], &digits[8..])
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
@@ -110,7 +104,6 @@ mod tests {
     fn timestamps_are_utc_calendar_times() {
         let t = UNIX_EPOCH + Duration::from_secs(1_738_324_805); // 2025-01-31T12:00:05Z
         assert_eq!(rfc3339(t), "2025-01-31T12:00:05Z");
-        assert_eq!(compact_timestamp(t), "20250131-120005");
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         // A leap day.
         assert_eq!(

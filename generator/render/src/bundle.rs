@@ -266,7 +266,7 @@ fn entries(inputs: &Inputs<'_>, job_dir: &Path) -> Result<BTreeMap<String, Entry
     let ours: [(&str, PathBuf); 4] = [
         (PROGRAM, job_dir.join("bundle").join(PROGRAM)),
         (REQUIREMENTS, job_dir.join("bundle").join(REQUIREMENTS)),
-        (JOB_FILE, job_dir.join("job.json")),
+        (JOB_FILE, job_dir.join(hetgen_env::JOB_FILE_NAME)),
         (wheel_name.as_str(), inputs.wheel.to_owned()),
     ];
     let mut all = user;

@@ -133,7 +133,7 @@ pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateErr
         spec_sha256: sha.clone(),
         job: job.clone(),
     };
-    files.push(generated("job.json", job_file.to_json()));
+    files.push(generated(hetgen_env::JOB_FILE_NAME, job_file.to_json()));
     files.extend(templates::render_all(job, request.as_ref(), origin, &sha)?);
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Rendered {

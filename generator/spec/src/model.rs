@@ -5,6 +5,7 @@
 //! validation already settled.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +15,18 @@ pub use crate::raw::{
 };
 
 /// Characters `hetgen deploy` appends to the job name unless `fixed_name` is set:
-/// `-YYYYMMDD-HHMMSS-xxxx`.
+/// `-YYYYMMDD-HHMMSS-xxxx`, the middle part a [`name_timestamp`].
 pub const NAME_SUFFIX_LEN: usize = 21;
+
+/// `20250131-120005`: a UTC time to the second that sorts as it reads and fits in a job name and
+/// a file name (times before 1970 count as 1970). A deployed job's name suffix and a local run's
+/// folder carry it.
+pub fn name_timestamp(time: SystemTime) -> String {
+    // `2025-01-31T12:00:05Z` → `20250131-120005`.
+    let utc = humantime::format_rfc3339_seconds(time.max(SystemTime::UNIX_EPOCH)).to_string();
+    let digits: String = utc.chars().filter(char::is_ascii_digit).collect();
+    format!("{}-{}", &digits[..8], &digits[8..])
+}
 
 /// The image a script-mode job's training image is built on when the spec names none: the
 /// PyTorch project's own CUDA runtime image (docs/spec.md says why this one).
@@ -531,4 +542,25 @@ pub fn builtin_metrics() -> Vec<Metric> {
             regex: crate::step::metric_regex(key),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn name_timestamps_are_utc_calendar_times() {
+        let at = |secs| name_timestamp(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(1_738_324_805), "20250131-120005"); // 2025-01-31T12:00:05Z
+        assert_eq!(at(0), "19700101-000000");
+        assert_eq!(at(951_782_400), "20000229-000000"); // a leap day
+        assert_eq!(
+            name_timestamp(UNIX_EPOCH - Duration::from_secs(1)),
+            "19700101-000000"
+        );
+        // With the two hyphens and four random digits, the suffix validation reserves.
+        assert_eq!(at(1_796_237_427).len() + 6, NAME_SUFFIX_LEN);
+    }
 }

@@ -7,8 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{EnvError, JOB_FILE_VAR};
 
+/// The name of the job file: `hetgen render` writes it beside the other rendered files, and
+/// the image and a local run read it by this name.
+pub const JOB_FILE_NAME: &str = "job.json";
+
 /// Where job.json is inside the image when `HETGEN_JOB_FILE` is unset (the Dockerfile puts it
-/// there).
+/// there): [`JOB_FILE_NAME`] in `/opt/hetgen`.
 pub const DEFAULT_JOB_FILE: &str = "/opt/hetgen/job.json";
 
 /// What `job.json` holds: the resolved job and where it came from. `hetgen render` writes it,
@@ -43,4 +47,13 @@ pub fn load_job(path: Option<&Path>) -> Result<(PathBuf, JobFile), EnvError> {
     });
     let file = crate::read_json(&path, true)?.expect("required files are present");
     Ok((path, file))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_image_s_job_file_has_the_rendered_name() {
+        let name = format!("/{}", super::JOB_FILE_NAME);
+        assert!(super::DEFAULT_JOB_FILE.ends_with(&name));
+    }
 }

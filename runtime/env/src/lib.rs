@@ -18,6 +18,7 @@ mod hosts;
 mod job_file;
 pub mod process;
 mod summary;
+mod token;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,12 +28,13 @@ use serde::{Deserialize, Serialize};
 
 pub use error::EnvError;
 pub use hosts::HostsFile;
-pub use job_file::{DEFAULT_JOB_FILE, JobFile, load_job};
+pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};
 pub use summary::{SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};
+pub use token::job_token;
 
 /// Environment variable naming the root that stands for `/opt/ml`.
 pub const BASE_DIR_VAR: &str = "SAGEMAKER_BASE_DIR";
-/// Environment variable holding the job's shared secret for the data service.
+/// Environment variable holding the job's shared secret for the data service ([`job_token`]).
 pub const TOKEN_VAR: &str = "HETGEN_JOB_TOKEN";
 /// Environment variable naming job.json (the Dockerfile sets it to `/opt/hetgen/job.json`).
 pub const JOB_FILE_VAR: &str = "HETGEN_JOB_FILE";

@@ -42,7 +42,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         None => unique_name(request.name(), SystemTime::now()),
     };
     // A fresh token per submission, only in the request: never in a rendered file.
-    let token = hetgen_deploy::job_token();
+    let token = hetgen_env::job_token().map_err(|source| Failure::Token { source })?;
     let request = request.renamed(&name).with_environment(TOKEN_VAR, &token);
     // On AWS's PyTorch image the code travels as a source bundle, uploaded before the job
     // that downloads it is submitted.

@@ -65,7 +65,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     let options = RunOptions {
         job_dir,
         launcher,
-        job_file: job_root.join("job.json"),
+        job_file: job_root.join(hetgen_env::JOB_FILE_NAME),
         spec_dir: super::spec_dir(&args.spec).to_owned(),
         caller_env: std::env::vars().collect(),
         env,
