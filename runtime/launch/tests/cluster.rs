@@ -163,20 +163,14 @@ fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() 
     // The interrupted run, on a thread, killed from here once a checkpoint exists.
     let killed_dir = tempfile::tempdir().unwrap();
     let killed = prepare(&job, killed_dir.path(), 6);
-    let trainer_tree = killed
-        .commands
-        .iter()
-        .find(|c| c.host.role == Role::Trainer)
-        .unwrap()
-        .base_dir
-        .clone();
+    let killed_tree = trainer_tree(&killed);
     let running = std::thread::spawn(move || {
         let record = killed
             .run(&hetgen_local::StopRequests::new(), &mut Lines::default())
             .unwrap();
         (killed, record)
     });
-    let checkpoints = trainer_tree.join("checkpoints");
+    let checkpoints = killed_tree.join("checkpoints");
     let started = std::time::Instant::now();
     loop {
         assert!(
@@ -192,7 +186,7 @@ fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() 
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let pid = trainer_pid(&trainer_tree).expect("the trainer is running");
+    let pid = trainer_pid(&killed_tree).expect("the trainer is running");
     assert!(
         std::process::Command::new("kill")
             .args(["-KILL", &pid.to_string()])
@@ -207,14 +201,7 @@ fn a_trainer_killed_and_resumed_ends_with_the_weights_of_an_uninterrupted_run() 
     // finds what it synced to S3.
     let resumed_dir = tempfile::tempdir().unwrap();
     let resumed = prepare(&job, resumed_dir.path(), 7);
-    let target = resumed
-        .commands
-        .iter()
-        .find(|c| c.host.role == Role::Trainer)
-        .unwrap()
-        .base_dir
-        .join("checkpoints");
-    copy_dir(&checkpoints, &target);
+    copy_dir(&checkpoints, &trainer_tree(&resumed).join("checkpoints"));
     let resumed = run_completed(&resumed);
     let summary = resumed.summary.clone().unwrap();
     let from = summary.resumed_from_step.expect("the trainer resumed");

@@ -65,6 +65,17 @@ pub fn prepare_with_env(job: &Job, dir: &Path, seed: u64, env: Vec<(String, Stri
     hetgen_local::prepare(job, options).unwrap()
 }
 
+/// The trainer host's `/opt/ml` tree in a prepared run.
+pub fn trainer_tree(local: &LocalJob) -> PathBuf {
+    local
+        .commands
+        .iter()
+        .find(|c| c.host.role == hetgen_spec::model::Role::Trainer)
+        .expect("the job has a trainer host")
+        .base_dir
+        .clone()
+}
+
 /// Collects every host's output for the failure message.
 #[derive(Default)]
 pub struct Lines(pub Vec<String>);
