@@ -59,6 +59,33 @@ impl Replica {
         Ok(self.net.forward(&x, train)?)
     }
 
+    /// Forward and backward passes of one slice of a batch; returns its mean loss, detached.
+    /// The loss is multiplied by the slice's `share` of the batch, so that the slices' summed
+    /// gradients are the gradient of the whole batch's mean loss, and by `loss_scale`.
+    fn backward(
+        &self,
+        images: &Tensor,
+        labels: Tensor,
+        autocast: bool,
+        share: f64,
+        loss_scale: f64,
+    ) -> Result<Tensor, TrainError> {
+        let labels = labels.f_to_device_(self.device, Kind::Int64, self.device.is_cuda(), false)?;
+        let x = self.pre.apply(images, self.device)?;
+        let logits = tch::autocast(autocast, || self.net.forward(&x, true))?;
+        let loss = logits
+            .f_to_kind(Kind::Float)?
+            .f_log_softmax(-1, Kind::Float)?
+            .f_nll_loss::<Tensor>(&labels, None, Reduction::Mean, -100)?;
+        let scaled = if share == 1.0 && loss_scale == 1.0 {
+            loss.shallow_clone()
+        } else {
+            loss.f_mul_scalar(share * loss_scale)?
+        };
+        scaled.f_backward()?;
+        Ok(loss.f_detach()?)
+    }
+
     /// The device.
     pub fn device(&self) -> Device {
         self.device
@@ -197,28 +224,9 @@ impl Replicas {
                 )
             };
             start += len;
-            let labels = labels.f_to_device_(
-                replica.device,
-                Kind::Int64,
-                replica.device.is_cuda(),
-                false,
-            )?;
-            let x = replica.pre.apply(&images, replica.device)?;
-            let logits = tch::autocast(self.autocast, || replica.net.forward(&x, true))?;
-            let loss = logits
-                .f_to_kind(Kind::Float)?
-                .f_log_softmax(-1, Kind::Float)?
-                .f_nll_loss::<Tensor>(&labels, None, Reduction::Mean, -100)?;
-            // Each slice's mean loss weighs by its share of the batch, so the summed gradients
-            // are the gradient of the whole batch's mean loss.
             let share = len as f64 / n as f64;
-            let scaled = if share == 1.0 && loss_scale == 1.0 {
-                loss.shallow_clone()
-            } else {
-                loss.f_mul_scalar(share * loss_scale)?
-            };
-            scaled.f_backward()?;
-            losses.push((loss.f_detach()?, share));
+            let loss = replica.backward(&images, labels, self.autocast, share, loss_scale)?;
+            losses.push((loss, share));
         }
         for replica in &self.replicas[k as usize..] {
             zero_grads(&replica.params)?;
@@ -233,10 +241,23 @@ impl Replicas {
                 total.f_add(&loss.f_mul_scalar(*share)?)?
             };
         }
+        let grads = self.summed_grads(k as usize, loss_scale)?;
+        let overflow = loss_scale != 1.0 && !all_finite(&grads, primary)?;
+        Ok(Backward {
+            loss: total.f_double_value(&[])?,
+            grads,
+            overflow,
+        })
+    }
+
+    /// Each parameter's gradient summed over the first `k` replicas on replica 0's device, and
+    /// unscaled by `loss_scale`; zeros where no replica has one.
+    fn summed_grads(&self, k: usize, loss_scale: f64) -> Result<Vec<Tensor>, TchError> {
+        let primary = self.replicas[0].device;
         let mut grads = Vec::with_capacity(self.replicas[0].params.len());
         for j in 0..self.replicas[0].params.len() {
             let mut sum: Option<Tensor> = None;
-            for replica in &self.replicas[..k as usize] {
+            for replica in &self.replicas[..k] {
                 let (_, param) = &replica.params[j];
                 let grad = param.f_grad()?;
                 if !grad.defined() {
@@ -258,20 +279,7 @@ impl Replicas {
                 grad.f_div_scalar(loss_scale)?
             });
         }
-        let overflow = if loss_scale == 1.0 {
-            false
-        } else {
-            let mut check = Tensor::f_zeros([], (Kind::Float, primary))?;
-            for g in &grads {
-                check = check.f_add(&g.f_sum(Kind::Float)?)?;
-            }
-            !check.f_double_value(&[])?.is_finite()
-        };
-        Ok(Backward {
-            loss: total.f_double_value(&[])?,
-            grads,
-            overflow,
-        })
+        Ok(grads)
     }
 
     /// Copies every variable of replica 0 to the other replicas.
@@ -285,6 +293,15 @@ impl Replicas {
         }
         Ok(())
     }
+}
+
+/// Whether the sum of every gradient is finite: a fp16 overflow anywhere makes it inf or NaN.
+fn all_finite(grads: &[Tensor], device: Device) -> Result<bool, TchError> {
+    let mut check = Tensor::f_zeros([], (Kind::Float, device))?;
+    for g in grads {
+        check = check.f_add(&g.f_sum(Kind::Float)?)?;
+    }
+    Ok(check.f_double_value(&[])?.is_finite())
 }
 
 /// Zeroes the accumulated gradients of `params` (libtorch adds to them on every backward).
