@@ -166,46 +166,74 @@ fn main() {
     if std::env::var_os("HETGEN_DEFAULT_MALLOC").is_none() {
         hetgen_pipeline::tune_allocator();
     }
-    let files = load(Path::new(&dir));
-    let ids: Vec<u64> = (0..files.len() as u64).collect();
-    // `pipeline`: only the 224 pipeline's rate, for bench/pipeline.sh's alternating rounds.
-    match args.next().as_deref() {
-        Some("pipeline") => {
-            let rate = rate(&ids, budget, through(&engine(&files, 224)));
-            println!("hetgen-pipeline-rate {rate:.1}");
-            return;
-        }
-        // `fused`: the decode + random_resized_crop op alone, to set beside `profile` in rounds.
-        Some("fused") => {
-            let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
-            let rate = rate(&files, budget, |b, rng| {
-                let choose = |h, w| ops::random_resized_crop_rect(h, w, scale, ratio, rng);
-                codec::decode_resized(b, 3, choose, [224, 224]).unwrap();
-            });
-            println!("hetgen-fused-rate {rate:.1}");
-            return;
-        }
-        // `profile`: what `hetgen profile --threads 1` reports, for the same rounds.
-        Some("profile") => {
-            println!(
-                "hetgen-profile-rate {:.1}",
-                profile(Path::new(&dir), budget)
-            );
-            return;
-        }
-        _ => {}
+    let dir = Path::new(&dir);
+    let files = load(dir);
+    if let Some(line) = args
+        .next()
+        .and_then(|mode| one_rate(&mode, &files, dir, budget))
+    {
+        println!("{line}");
+        return;
     }
     let kb = files.iter().map(Vec::len).sum::<usize>() as f64 / files.len() as f64 / 1024.0;
     let images: Vec<Image> = files
         .iter()
         .map(|b| codec::decode(b, 3).expect("decode"))
         .collect();
+    let mut rows = decode_rows(&files, budget);
+    rows.extend(op_rows(&images, budget));
+    let (pipeline, split) = pipeline_rows(&files, dir, budget, &mut rows);
+
+    println!(
+        "fixtures: {} JPEGs 500×375, mean {kb:.0} kB, in {}",
+        files.len(),
+        dir.display()
+    );
+    println!("| op (one core) | images/s |");
+    println!("|---|---:|");
+    for (name, r) in &rows {
+        println!("| {name} | {r:.0} |");
+    }
+    println!(
+        "engine CPU time per image at 224 (normalize not included): {}",
+        split.join(", ")
+    );
+    println!("hetgen-pipeline-rate {pipeline:.1}");
+}
+
+/// The one rate a `mode` argument asks for, as the line `bench/pipeline.sh`'s alternating
+/// rounds read; `None` for the whole table.
+fn one_rate(mode: &str, files: &[Vec<u8>], dir: &Path, budget: Duration) -> Option<String> {
+    let ids: Vec<u64> = (0..files.len() as u64).collect();
+    match mode {
+        // Only the 224 pipeline's rate.
+        "pipeline" => {
+            let rate = rate(&ids, budget, through(&engine(files, 224)));
+            Some(format!("hetgen-pipeline-rate {rate:.1}"))
+        }
+        // The decode + random_resized_crop op alone, to set beside `profile` in rounds.
+        "fused" => {
+            let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
+            let rate = rate(files, budget, |b, rng| {
+                let choose = |h, w| ops::random_resized_crop_rect(h, w, scale, ratio, rng);
+                codec::decode_resized(b, 3, choose, [224, 224]).unwrap();
+            });
+            Some(format!("hetgen-fused-rate {rate:.1}"))
+        }
+        // What `hetgen profile --threads 1` reports, for the same rounds.
+        "profile" => Some(format!("hetgen-profile-rate {:.1}", profile(dir, budget))),
+        _ => None,
+    }
+}
+
+/// Decoding the JPEGs: whole, at every DCT scale, the entropy decode alone, and the fused
+/// region decode of `random_resized_crop`.
+fn decode_rows(files: &[Vec<u8>], budget: Duration) -> Vec<(String, f64)> {
     let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
     let mut rows: Vec<(String, f64)> = Vec::new();
-
     rows.push((
         "decode (full, libjpeg-turbo)".to_owned(),
-        rate(&files, budget, |b, _| {
+        rate(files, budget, |b, _| {
             codec::decode(b, 3).unwrap();
         }),
     ));
@@ -223,7 +251,7 @@ fn main() {
             width: w,
         };
         let name = format!("decode at {scale}/8 scale ({w}×{h})");
-        let r = rate(&files, budget, |b, _| {
+        let r = rate(files, budget, |b, _| {
             codec::jpeg::decode_window(b, 3, window).unwrap();
         });
         rows.push((name, r));
@@ -239,32 +267,39 @@ fn main() {
     };
     rows.push((
         "entropy decode only (the last row)".to_owned(),
-        rate(&files, budget, |b, _| {
+        rate(files, budget, |b, _| {
             codec::jpeg::decode_window(b, 3, last_row).unwrap();
         }),
     ));
     rows.push((
         "decode + random_resized_crop 224 (region decode)".to_owned(),
-        rate(&files, budget, |b, rng| {
+        rate(files, budget, |b, rng| {
             let choose = |h, w| ops::random_resized_crop_rect(h, w, scale, ratio, rng);
             codec::decode_resized(b, 3, choose, [224, 224]).unwrap();
         }),
     ));
+    rows
+}
+
+/// Every pixel op on decoded images: the resizing ones on the full images, the rest at 224.
+fn op_rows(images: &[Image], budget: Duration) -> Vec<(String, f64)> {
+    let (scale, ratio) = ([0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0]);
+    let mut rows: Vec<(String, f64)> = Vec::new();
     rows.push((
         "resize 224×224".to_owned(),
-        rate(&images, budget, |im, _| {
+        rate(images, budget, |im, _| {
             ops::resize(im, [224, 224]).unwrap();
         }),
     ));
     rows.push((
         "center_crop 224".to_owned(),
-        rate(&images, budget, |im, _| {
+        rate(images, budget, |im, _| {
             ops::center_crop(im, [224, 224]);
         }),
     ));
     rows.push((
         "random_resized_crop 224".to_owned(),
-        rate(&images, budget, |im, rng| {
+        rate(images, budget, |im, rng| {
             let r = ops::random_resized_crop_rect(im.height, im.width, scale, ratio, rng);
             ops::resize_region(im, r, 224, 224).unwrap();
         }),
@@ -306,7 +341,19 @@ fn main() {
             ops::normalize(im, &MEAN, &STD);
         }),
     ));
-    let at_224 = engine(&files, 224);
+    rows
+}
+
+/// The whole pipeline: at 224 through the engine, as `hetgen profile` runs it, and at 96.
+/// Adds its rows to `rows`; returns the 224 rate and the engine's time per image by stage.
+fn pipeline_rows(
+    files: &[Vec<u8>],
+    dir: &Path,
+    budget: Duration,
+    rows: &mut Vec<(String, f64)>,
+) -> (f64, Vec<String>) {
+    let ids: Vec<u64> = (0..files.len() as u64).collect();
+    let at_224 = engine(files, 224);
     let pipeline = rate(&ids, budget, through(&at_224));
     let per_image = |d: Duration| d.as_secs_f64() * 1e3 / at_224.samples_done() as f64;
     let split: Vec<String> = at_224
@@ -321,25 +368,11 @@ fn main() {
     rows.push((
         "the same as `hetgen profile --threads 1` runs it: image folder, batches of 128, no normalize"
             .to_owned(),
-        profile(Path::new(&dir), budget),
+        profile(dir, budget),
     ));
     rows.push((
         "the same at 96×96".to_owned(),
-        rate(&ids, budget, through(&engine(&files, 96))),
+        rate(&ids, budget, through(&engine(files, 96))),
     ));
-
-    println!(
-        "fixtures: {} JPEGs 500×375, mean {kb:.0} kB, in {dir}",
-        files.len()
-    );
-    println!("| op (one core) | images/s |");
-    println!("|---|---:|");
-    for (name, r) in &rows {
-        println!("| {name} | {r:.0} |");
-    }
-    println!(
-        "engine CPU time per image at 224 (normalize not included): {}",
-        split.join(", ")
-    );
-    println!("hetgen-pipeline-rate {pipeline:.1}");
+    (pipeline, split)
 }
