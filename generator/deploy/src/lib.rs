@@ -19,7 +19,6 @@ pub mod logs;
 pub mod pricing;
 pub mod request;
 mod suffix;
-mod token;
 pub mod upload;
 
 pub use aws_sdk_sagemaker::Client as SageMakerClient;
@@ -27,7 +26,6 @@ pub use connect::{Aws, Connection};
 pub use error::DeployError;
 pub use jobs::JobStatus;
 pub use suffix::unique_name;
-pub use token::job_token;
 
 /// The tag that marks jobs hetgen started (`hetgen list` filters on it).
 pub const VERSION_TAG: &str = "hetgen:version";

@@ -2,21 +2,21 @@
 //! reserves).
 
 use std::hash::{BuildHasher, Hasher};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-/// `base` with a UTC timestamp and 4 random hex digits, so two deploys in one second differ.
+use hetgen_spec::model::name_timestamp;
+
+/// `base` with a UTC timestamp ([`name_timestamp`], as a local run's folder has) and 4 random
+/// hex digits, so two deploys in one second differ.
 pub fn unique_name(base: &str, now: SystemTime) -> String {
-    // `2025-01-31T12:00:05Z` → `20250131-120005`; times before 1970 count as 1970.
-    let utc = humantime::format_rfc3339_seconds(now.max(UNIX_EPOCH)).to_string();
-    let digits: String = utc.chars().filter(char::is_ascii_digit).collect();
     // std's RandomState is seeded from the OS: random enough to tell two deploys apart.
     let random = std::hash::RandomState::new().build_hasher().finish() & 0xffff;
-    format!("{base}-{}-{}-{random:04x}", &digits[..8], &digits[8..])
+    format!("{base}-{}-{random:04x}", name_timestamp(now))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
 
