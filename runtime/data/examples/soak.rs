@@ -69,10 +69,103 @@ fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("trainer") {
-        return trainer(&args);
+    match args.first().map(String::as_str) {
+        Some("trainer") => trainer(&args),
+        Some("stragglers") => stragglers(&args),
+        _ => coordinator(&args),
     }
-    coordinator(&args)
+}
+
+/// `soak stragglers`: what one frozen data server costs the trainers. Rounds alternate a run
+/// as is and a run with one of the 3 servers frozen (SIGSTOP) for `--freeze-s` seconds from
+/// `--at-s` on, then resumed; 2 trainer ranks each take `--step-ms` per batch. Each run is
+/// checked for exactly-once; the report gives both times per round and the time lost as a share
+/// of the freeze.
+fn stragglers(args: &[String]) -> ExitCode {
+    let rounds: u32 = flag(args, "--rounds", 3);
+    let freeze = Duration::from_secs_f64(flag(args, "--freeze-s", 10.0));
+    let at = Duration::from_secs_f64(flag(args, "--at-s", 2.0));
+    let epochs: u32 = flag(args, "--epochs", 8);
+    let step_ms: u64 = flag(args, "--step-ms", 20);
+    let (servers, trainers) = (3, 2);
+    let me = std::env::current_exe().expect("the soak's own path");
+    let server_bin = server_binary(&me);
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let port = 33_000 + (std::process::id() % 2_000) as u16;
+    let net = 100 + (std::process::id() % 100) as u8;
+    let hosts = setup(dir.path(), servers, net);
+    let mut totals = Totals::default();
+    println!(
+        "| round | as is, s | one server frozen {:.0} s, s | lost, s | lost, % of the freeze | backups (as is / frozen) |",
+        freeze.as_secs_f64()
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for round in 1..=rounds {
+        let mut times = [Duration::ZERO; 2];
+        let mut backups = [0u64; 2];
+        for (i, frozen) in [false, true].into_iter().enumerate() {
+            let id = round * 2 + i as u32;
+            let mut procs = start_servers(&server_bin, dir.path(), &hosts, port);
+            let mut ranks =
+                start_trainers(&me, dir.path(), &hosts, port, id, trainers, epochs, step_ms);
+            let started = Instant::now();
+            if frozen {
+                std::thread::sleep(at);
+                procs[1].signal(libc::SIGSTOP);
+                std::thread::sleep(freeze);
+                procs[1].signal(libc::SIGCONT);
+            }
+            for r in ranks.iter_mut() {
+                let status = r.child.wait().expect("wait on a trainer");
+                let mut out = String::new();
+                if let Some(mut stdout) = r.child.stdout.take() {
+                    let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+                }
+                if !status.success() {
+                    totals.failed_rounds += 1;
+                }
+                backups[i] += reported(&out, "backup_shards").unwrap_or(0);
+            }
+            times[i] = started.elapsed();
+            for p in procs.iter_mut() {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+            }
+            check_round(dir.path(), id, trainers, epochs, &mut totals);
+            if frozen && times[0] < at + freeze {
+                eprintln!(
+                    "stragglers: a run as is ({:.1} s) ends before the freeze does: use more --epochs",
+                    times[0].as_secs_f64()
+                );
+            }
+        }
+        let lost = times[1].as_secs_f64() - times[0].as_secs_f64();
+        println!(
+            "| {round} | {:.2} | {:.2} | {lost:.2} | {:.0} % | {} / {} |",
+            times[0].as_secs_f64(),
+            times[1].as_secs_f64(),
+            100.0 * lost / freeze.as_secs_f64(),
+            backups[0],
+            backups[1]
+        );
+    }
+    println!(
+        "samples checked: {}; lost: {}; duplicated: {}; failed trainers: {}",
+        totals.samples, totals.lost, totals.duplicated, totals.failed_rounds
+    );
+    if totals.lost + totals.duplicated + totals.unexpected + u64::from(totals.failed_rounds) > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `hetgen-data-server`, built beside the examples.
+fn server_binary(me: &Path) -> PathBuf {
+    me.parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("hetgen-data-server"))
+        .filter(|p| p.exists())
+        .expect("hetgen-data-server next to examples/ (cargo build -p hetgen-data --bins)")
 }
 
 /// One trainer rank: stream the epochs, record every yielded sample, report the peak RSS.
@@ -129,10 +222,19 @@ fn trainer(args: &[String]) -> ExitCode {
     }
     drop(file);
     println!(
-        "peak_rss_kib {}",
-        peak_rss_kib(std::process::id()).unwrap_or(0)
+        "peak_rss_kib {} backup_shards {} duplicate_batches {}",
+        peak_rss_kib(std::process::id()).unwrap_or(0),
+        client.backup_shards(),
+        client.duplicate_batches()
     );
     ExitCode::SUCCESS
+}
+
+/// A figure from a trainer's report line (`name value name value …`).
+fn reported(out: &str, name: &str) -> Option<u64> {
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == name)?;
+    words.get(at + 1)?.parse().ok()
 }
 
 /// `VmHWM` of a live process, KiB.
@@ -220,12 +322,7 @@ fn coordinator(args: &[String]) -> ExitCode {
     let step_ms: u64 = flag(args, "--step-ms", 10);
     let mut rng = Rng(flag(args, "--seed", 0x9e37_79b9_7f4a_7c15u64) | 1);
     let me = std::env::current_exe().expect("the soak's own path");
-    let server_bin = me
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("hetgen-data-server"))
-        .filter(|p| p.exists())
-        .expect("hetgen-data-server next to examples/ (cargo build -p hetgen-data --bins)");
+    let server_bin = server_binary(&me);
 
     let dir = tempfile::tempdir().expect("a temporary folder");
     let port = 31_000 + (std::process::id() % 2_000) as u16;
@@ -243,59 +340,17 @@ fn coordinator(args: &[String]) -> ExitCode {
         totals.rounds += 1;
         let round = totals.rounds;
         let round_started = Instant::now();
-        let mut procs: Vec<Proc> = hosts
-            .iter()
-            .map(|(host, _)| {
-                let child = Command::new(&server_bin)
-                    .env("SAGEMAKER_BASE_DIR", dir.path().join(host))
-                    .env("HETGEN_JOB_FILE", dir.path().join("job.json"))
-                    .env("HETGEN_JOB_TOKEN", TOKEN)
-                    .env("HETGEN_HOSTS_FILE", dir.path().join("hosts.txt"))
-                    .env("HETGEN_DATA_PORT", port.to_string())
-                    .env("HETGEN_WATCHDOG_S", "30")
-                    .env("RUST_LOG", "warn")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("a data server starts");
-                Proc {
-                    name: host.clone(),
-                    child,
-                    peak_kib: 0,
-                    killed: false,
-                    thaw_at: None,
-                }
-            })
-            .collect();
-        let host_list = hosts
-            .iter()
-            .map(|(_, ip)| format!("{ip}:{port}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut ranks: Vec<Proc> = (0..trainers)
-            .map(|rank| {
-                let audit = dir.path().join(format!("audit-{round}-{rank}.txt"));
-                let child = Command::new(&me)
-                    .args(["trainer", "--rank", &rank.to_string()])
-                    .args(["--world", &trainers.to_string()])
-                    .args(["--epochs", &epochs.to_string()])
-                    .args(["--step-ms", &step_ms.to_string()])
-                    .args(["--hosts", &host_list])
-                    .arg("--audit")
-                    .arg(&audit)
-                    .env("RUST_LOG", "warn")
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .expect("a trainer starts");
-                Proc {
-                    name: format!("rank-{rank}"),
-                    child,
-                    peak_kib: 0,
-                    killed: false,
-                    thaw_at: None,
-                }
-            })
-            .collect();
+        let mut procs = start_servers(&server_bin, dir.path(), &hosts, port);
+        let mut ranks = start_trainers(
+            &me,
+            dir.path(),
+            &hosts,
+            port,
+            round,
+            trainers,
+            epochs,
+            step_ms,
+        );
 
         // Kill or freeze up to all servers but one, at random moments while the trainers
         // stream.
@@ -348,10 +403,7 @@ fn coordinator(args: &[String]) -> ExitCode {
                 }
             }
             // The trainer's own reading is the exact peak; the sampled one is a lower bound.
-            if let Some(kib) = out
-                .strip_prefix("peak_rss_kib ")
-                .and_then(|v| v.trim().parse().ok())
-            {
+            if let Some(kib) = reported(&out, "peak_rss_kib") {
                 r.peak_kib = r.peak_kib.max(kib);
             }
             if !status.is_some_and(|s| s.success()) {
@@ -384,6 +436,77 @@ fn coordinator(args: &[String]) -> ExitCode {
         );
     }
     report(&totals, started.elapsed(), servers, trainers, epochs)
+}
+
+/// The data servers of a round, one per host.
+fn start_servers(bin: &Path, dir: &Path, hosts: &[(String, String)], port: u16) -> Vec<Proc> {
+    hosts
+        .iter()
+        .map(|(host, _)| {
+            let child = Command::new(bin)
+                .env("SAGEMAKER_BASE_DIR", dir.join(host))
+                .env("HETGEN_JOB_FILE", dir.join("job.json"))
+                .env("HETGEN_JOB_TOKEN", TOKEN)
+                .env("HETGEN_HOSTS_FILE", dir.join("hosts.txt"))
+                .env("HETGEN_DATA_PORT", port.to_string())
+                .env("HETGEN_WATCHDOG_S", "30")
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("a data server starts");
+            Proc {
+                name: host.clone(),
+                child,
+                peak_kib: 0,
+                killed: false,
+                thaw_at: None,
+            }
+        })
+        .collect()
+}
+
+/// The trainer ranks of a round: this program as `soak trainer`, auditing into `dir`.
+#[allow(clippy::too_many_arguments)]
+fn start_trainers(
+    me: &Path,
+    dir: &Path,
+    hosts: &[(String, String)],
+    port: u16,
+    round: u32,
+    trainers: u32,
+    epochs: u32,
+    step_ms: u64,
+) -> Vec<Proc> {
+    let host_list = hosts
+        .iter()
+        .map(|(_, ip)| format!("{ip}:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    (0..trainers)
+        .map(|rank| {
+            let audit = dir.join(format!("audit-{round}-{rank}.txt"));
+            let child = Command::new(me)
+                .args(["trainer", "--rank", &rank.to_string()])
+                .args(["--world", &trainers.to_string()])
+                .args(["--epochs", &epochs.to_string()])
+                .args(["--step-ms", &step_ms.to_string()])
+                .args(["--hosts", &host_list])
+                .arg("--audit")
+                .arg(&audit)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a trainer starts");
+            Proc {
+                name: format!("rank-{rank}"),
+                child,
+                peak_kib: 0,
+                killed: false,
+                thaw_at: None,
+            }
+        })
+        .collect()
 }
 
 /// Kill (SIGKILL) or freeze (SIGSTOP, resumed 1 to 15 s later) one of the servers still
