@@ -9,6 +9,7 @@
 //! the servers (see [`scheduler`]); [`Client::batches_by_source`] says who made what.
 
 mod connect;
+mod copy;
 mod hedge;
 mod job;
 mod scheduler;

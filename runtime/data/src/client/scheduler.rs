@@ -27,15 +27,16 @@ use hetgen_pipeline::{Batch, Engine, EpochPlan, InputConfig, Position};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::copy::{LocalShard, ShardTask, heartbeats};
 use super::hedge::{self, Pace};
 use super::{ClientConfig, ClientError, Delivery, LOCAL_SOURCE, Server, SourceCounts};
-use crate::checksum::batch_checksum;
-use crate::proto::{AckRequest, HeartbeatRequest, ShardRequest};
+use crate::proto::AckRequest;
 
 /// How often overdue shards are looked for.
 const HEDGE_TICK: Duration = Duration::from_millis(100);
 
-enum Event {
+/// What a copy of a shard reports.
+pub(super) enum Event {
     Batch {
         server: usize,
         shard: usize,
@@ -197,38 +198,7 @@ impl Scheduler {
 
     /// Stream one epoch; `Ok(false)` when the consumer dropped the stream.
     async fn run_epoch(&mut self, epoch: u32) -> Result<bool, ClientError> {
-        let cfg = &self.input;
-        let plan = EpochPlan::new(
-            cfg.seed,
-            epoch,
-            cfg.samples_per_epoch,
-            cfg.shard_size,
-            cfg.rank,
-            cfg.world,
-        );
-        let bs = cfg.batch_size;
-        let resume = (epoch == self.start.epoch).then(|| self.start.clone());
-        let mut shards: Vec<ShardState> = plan
-            .shards
-            .into_iter()
-            .map(|s| {
-                let total = s.batches(bs);
-                let done = match &resume {
-                    Some(p) => p.skip(s.id).unwrap_or(total),
-                    None => 0,
-                };
-                ShardState {
-                    id: s.id,
-                    ids: Arc::new(s.sample_ids),
-                    total,
-                    received: done,
-                    yielded: done,
-                    buffer: BTreeMap::new(),
-                    copies: Vec::new(),
-                    last_progress: Instant::now(),
-                }
-            })
-            .collect();
+        let mut shards = self.epoch_shards(epoch);
         let mut queue: VecDeque<usize> = (0..shards.len())
             .filter(|&i| shards[i].received < shards[i].total)
             .collect();
@@ -263,100 +233,168 @@ impl Scheduler {
                     continue;
                 }
             };
-            let Some(event) = event else {
-                unreachable!("the scheduler holds a sender");
-            };
-            match event {
+            match event.expect("the scheduler holds a sender") {
                 Event::Batch {
                     server,
                     shard,
                     index,
                     batch,
                 } => {
-                    // A source that delivers is not behind, whatever it delivers, and its
-                    // pace is that of its own copy.
-                    self.slots[server].behind = None;
-                    let now = Instant::now();
-                    let state = &mut shards[shard];
-                    if let Some(copy) = state.copies.iter_mut().find(|c| c.slot == server) {
-                        self.pace.observe(server, now - copy.last);
-                        copy.last = now;
-                    }
-                    if index < state.received {
-                        self.counts.duplicate();
-                        tracing::debug!(shard = state.id, index, "duplicate batch dropped");
-                        continue;
-                    }
-                    // Streams deliver a shard in order and each asks from `received` on, so
-                    // anything else is a stream that raced a re-assignment: drop it too.
-                    if index > state.received {
-                        continue;
-                    }
-                    state.last_progress = now;
-                    state.received += 1;
-                    state.buffer.insert(index, (batch, server));
-                    if state.received == state.total {
-                        // Whole: a hedged shard's other copy is dropped, which ends its work.
-                        for copy in state.copies.iter().filter(|c| c.slot != server) {
-                            copy.cancel.cancel();
+                    if self.received(&mut shards, server, shard, index, batch) {
+                        let from = if self.input.deterministic {
+                            cursor
+                        } else {
+                            shard
+                        };
+                        if !self.flush(&mut shards, from).await {
+                            return Ok(false);
                         }
-                    }
-                    let from = if self.input.deterministic {
-                        cursor
-                    } else {
-                        shard
-                    };
-                    if !self.flush(&mut shards, from).await {
-                        return Ok(false);
                     }
                 }
                 Event::Ended { server, shard } => {
-                    self.slots[server].inflight -= 1;
-                    let state = &mut shards[shard];
-                    state.copies.retain(|c| c.slot != server);
-                    if state.received == state.total {
-                        self.ack(server, epoch, state.id);
-                    } else if state.copies.is_empty() && !queue.contains(&shard) {
-                        let host = self.slots[server].source.name().to_owned();
-                        self.last_error = format!("{host} ended shard {} early", state.id);
-                        tracing::warn!(%host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
-                        queue.push_front(shard);
-                    }
+                    self.ended(epoch, &mut shards[shard], shard, server, &mut queue);
                 }
                 Event::Failed {
                     server,
                     shard,
                     error,
                     fatal,
-                } => {
-                    let slot = &mut self.slots[server];
-                    slot.inflight -= 1;
-                    let host = slot.source.name().to_owned();
-                    if fatal {
-                        return Err(match slot.source {
-                            Source::Local(_) => ClientError::Local(error),
-                            Source::Remote(_) => ClientError::Mismatch {
-                                host,
-                                message: error,
-                            },
-                        });
-                    }
-                    if slot.alive {
-                        slot.alive = false;
-                        tracing::warn!(%host, %error, "data server failed; its unfinished shards go to the others");
-                    }
-                    self.last_error = format!("{host}: {error}");
-                    let state = &mut shards[shard];
-                    state.copies.retain(|c| c.slot != server);
-                    if state.received < state.total
-                        && state.copies.is_empty()
-                        && !queue.contains(&shard)
-                    {
-                        queue.push_front(shard);
-                    }
-                }
+                } => self.failed(&mut shards[shard], shard, server, error, fatal, &mut queue)?,
             }
         }
+    }
+
+    /// The rank's shards of `epoch`, those of a resumed epoch counted from its position.
+    fn epoch_shards(&self, epoch: u32) -> Vec<ShardState> {
+        let cfg = &self.input;
+        let plan = EpochPlan::new(
+            cfg.seed,
+            epoch,
+            cfg.samples_per_epoch,
+            cfg.shard_size,
+            cfg.rank,
+            cfg.world,
+        );
+        let resume = (epoch == self.start.epoch).then(|| self.start.clone());
+        plan.shards
+            .into_iter()
+            .map(|s| {
+                let total = s.batches(cfg.batch_size);
+                let done = match &resume {
+                    Some(p) => p.skip(s.id).unwrap_or(total),
+                    None => 0,
+                };
+                ShardState {
+                    id: s.id,
+                    ids: Arc::new(s.sample_ids),
+                    total,
+                    received: done,
+                    yielded: done,
+                    buffer: BTreeMap::new(),
+                    copies: Vec::new(),
+                    last_progress: Instant::now(),
+                }
+            })
+            .collect()
+    }
+
+    /// Batch `index` of `shard` arrived from `server`; whether it was new (kept to be yielded)
+    /// rather than dropped as a duplicate or out of order.
+    fn received(
+        &mut self,
+        shards: &mut [ShardState],
+        server: usize,
+        shard: usize,
+        index: u32,
+        batch: Batch,
+    ) -> bool {
+        // A source that delivers is not behind, whatever it delivers, and its pace is that of
+        // its own copy.
+        self.slots[server].behind = None;
+        let now = Instant::now();
+        let state = &mut shards[shard];
+        if let Some(copy) = state.copies.iter_mut().find(|c| c.slot == server) {
+            self.pace.observe(server, now - copy.last);
+            copy.last = now;
+        }
+        if index < state.received {
+            self.counts.duplicate();
+            tracing::debug!(shard = state.id, index, "duplicate batch dropped");
+            return false;
+        }
+        // Streams deliver a shard in order and each asks from `received` on, so anything else
+        // is a stream that raced a re-assignment: drop it too.
+        if index > state.received {
+            return false;
+        }
+        state.last_progress = now;
+        state.received += 1;
+        state.buffer.insert(index, (batch, server));
+        if state.received == state.total {
+            // Whole: a hedged shard's other copy is dropped, which ends its work.
+            for copy in state.copies.iter().filter(|c| c.slot != server) {
+                copy.cancel.cancel();
+            }
+        }
+        true
+    }
+
+    /// `server`'s stream of shard `index` ended: the shard is acknowledged when whole, and
+    /// queued again when it is not and no other copy is streaming it.
+    fn ended(
+        &mut self,
+        epoch: u32,
+        state: &mut ShardState,
+        index: usize,
+        server: usize,
+        queue: &mut VecDeque<usize>,
+    ) {
+        self.slots[server].inflight -= 1;
+        state.copies.retain(|c| c.slot != server);
+        if state.received == state.total {
+            self.ack(server, epoch, state.id);
+        } else if state.copies.is_empty() && !queue.contains(&index) {
+            let host = self.slots[server].source.name().to_owned();
+            self.last_error = format!("{host} ended shard {} early", state.id);
+            tracing::warn!(%host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
+            queue.push_front(index);
+        }
+    }
+
+    /// `server`'s stream of shard `index` failed: the server is lost (or, `fatal`, the job:
+    /// any server would fail the same way), and the shard is queued again unless another copy
+    /// is streaming it.
+    fn failed(
+        &mut self,
+        state: &mut ShardState,
+        index: usize,
+        server: usize,
+        error: String,
+        fatal: bool,
+        queue: &mut VecDeque<usize>,
+    ) -> Result<(), ClientError> {
+        let slot = &mut self.slots[server];
+        slot.inflight -= 1;
+        let host = slot.source.name().to_owned();
+        if fatal {
+            return Err(match slot.source {
+                Source::Local(_) => ClientError::Local(error),
+                Source::Remote(_) => ClientError::Mismatch {
+                    host,
+                    message: error,
+                },
+            });
+        }
+        if slot.alive {
+            slot.alive = false;
+            tracing::warn!(%host, %error, "data server failed; its unfinished shards go to the others");
+        }
+        self.last_error = format!("{host}: {error}");
+        state.copies.retain(|c| c.slot != server);
+        if state.received < state.total && state.copies.is_empty() && !queue.contains(&index) {
+            queue.push_front(index);
+        }
+        Ok(())
     }
 
     /// Yield what can be yielded: in non-deterministic mode the given shard's buffer, in
@@ -549,251 +587,5 @@ impl Scheduler {
                 tracing::debug!(shard, error = %status.message(), "ack not delivered");
             }
         });
-    }
-}
-
-struct ShardTask {
-    server: usize,
-    shard: usize,
-    client: Server,
-    epoch: u32,
-    shard_id: u32,
-    ids: Arc<Vec<u64>>,
-    from: u32,
-    batch_size: u32,
-    trainer_id: String,
-    stall: Duration,
-    events: mpsc::Sender<Event>,
-}
-
-impl ShardTask {
-    /// Stream until the shard ends, fails, or `cancel` (the shard arrived whole from another
-    /// source): dropping the stream resets it, and the server stops making the shard.
-    async fn run(self, cancel: CancellationToken) {
-        let result = tokio::select! {
-            result = self.stream() => result,
-            _ = cancel.cancelled() => Ok(()),
-        };
-        let event = match result {
-            Ok(()) => Event::Ended {
-                server: self.server,
-                shard: self.shard,
-            },
-            Err((error, fatal)) => Event::Failed {
-                server: self.server,
-                shard: self.shard,
-                error,
-                fatal,
-            },
-        };
-        let _ = self.events.send(event).await;
-    }
-
-    /// Stream the shard from batch `from` on; `Err((why, fatal))` on failure, where fatal
-    /// means another server would fail the same way (bad data, a refused request).
-    async fn stream(&self) -> Result<(), (String, bool)> {
-        let bs = self.batch_size as usize;
-        let request = ShardRequest {
-            epoch: self.epoch,
-            shard: self.shard_id,
-            sample_ids: self.ids[self.from as usize * bs..].to_vec(),
-            batch_size: self.batch_size,
-            trainer_id: self.trainer_id.clone(),
-        };
-        let mut client = self.client.client.clone();
-        let response = tokio::time::timeout(self.stall, client.stream_shard(request))
-            .await
-            .map_err(|_| {
-                (
-                    format!("no answer to a shard request within {:?}", self.stall),
-                    false,
-                )
-            })?
-            .map_err(status_error)?;
-        let mut stream = response.into_inner();
-        let shape = &self.client.info.tensors[0].shape;
-        let sample_bytes: usize = shape.iter().map(|d| *d as usize).product();
-        loop {
-            let message = tokio::time::timeout(self.stall, stream.message())
-                .await
-                .map_err(|_| (format!("stalled: no batch for {:?}", self.stall), false))?
-                .map_err(status_error)?;
-            let Some(message) = message else {
-                return Ok(());
-            };
-            let index = self.from + message.index;
-            let start = (index as usize * bs).min(self.ids.len());
-            let expected = &self.ids[start..(start + bs).min(self.ids.len())];
-            if message.epoch != self.epoch
-                || message.shard != self.shard_id
-                || message.sample_ids != expected
-            {
-                return Err((
-                    format!(
-                        "sent batch {index} of shard {} with the wrong samples",
-                        self.shard_id
-                    ),
-                    false,
-                ));
-            }
-            if message.labels.len() != expected.len()
-                || message.images.len() != expected.len() * sample_bytes
-            {
-                return Err((
-                    format!(
-                        "sent batch {index} of shard {} with a wrong payload size",
-                        self.shard_id
-                    ),
-                    false,
-                ));
-            }
-            if batch_checksum(&message.images, &message.sample_ids, &message.labels)
-                != message.checksum
-            {
-                return Err((
-                    format!(
-                        "sent batch {index} of shard {} with a bad checksum",
-                        self.shard_id
-                    ),
-                    false,
-                ));
-            }
-            let batch = Batch {
-                epoch: self.epoch,
-                shard: self.shard_id,
-                index,
-                sample_ids: message.sample_ids,
-                labels: message.labels,
-                images: message.images,
-                shape: [shape[0], shape[1], shape[2]],
-            };
-            if self
-                .events
-                .send(Event::Batch {
-                    server: self.server,
-                    shard: self.shard,
-                    index,
-                    batch,
-                })
-                .await
-                .is_err()
-            {
-                return Ok(());
-            }
-        }
-    }
-}
-
-/// A shard made by the local engine on a blocking thread, reported as a server's stream is.
-struct LocalShard {
-    server: usize,
-    shard: usize,
-    engine: Arc<Engine>,
-    epoch: u32,
-    shard_id: u32,
-    ids: Arc<Vec<u64>>,
-    from: u32,
-    batch_size: u32,
-    events: mpsc::Sender<Event>,
-}
-
-impl LocalShard {
-    async fn run(self, cancel: CancellationToken) {
-        let (server, shard) = (self.server, self.shard);
-        let events = self.events.clone();
-        let work = tokio::task::spawn_blocking(move || self.make(&cancel));
-        let event = match work.await {
-            Ok(Ok(())) => Event::Ended { server, shard },
-            // The same sample fails the same way on every server: a data error.
-            Ok(Err(error)) => Event::Failed {
-                server,
-                shard,
-                error,
-                fatal: true,
-            },
-            // A panic (a custom stage's, say) loses this source, not the epoch.
-            Err(join) => Event::Failed {
-                server,
-                shard,
-                error: format!("the local pipeline stopped: {join}"),
-                fatal: false,
-            },
-        };
-        let _ = events.send(event).await;
-    }
-
-    /// Run the shard from batch `from` on; stops early once the scheduler is gone or the
-    /// shard arrived whole from another source.
-    fn make(&self, cancel: &CancellationToken) -> Result<(), String> {
-        let bs = self.batch_size as usize;
-        let ids = &self.ids[(self.from as usize * bs).min(self.ids.len())..];
-        self.engine
-            .run_shard(
-                self.epoch,
-                self.shard_id,
-                ids,
-                self.batch_size,
-                &mut |mut batch| {
-                    if cancel.is_cancelled() {
-                        return false;
-                    }
-                    batch.index += self.from;
-                    let event = Event::Batch {
-                        server: self.server,
-                        shard: self.shard,
-                        index: batch.index,
-                        batch,
-                    };
-                    self.events.blocking_send(event).is_ok()
-                },
-            )
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// Statuses no other server would answer differently are fatal; the rest (connection lost,
-/// server stopping, unknown transport errors) mean this server failed.
-fn status_error(status: tonic::Status) -> (String, bool) {
-    use tonic::Code::*;
-    let fatal = matches!(
-        status.code(),
-        DataLoss
-            | InvalidArgument
-            | OutOfRange
-            | Unauthenticated
-            | PermissionDenied
-            | FailedPrecondition
-    );
-    (format!("{:?}: {}", status.code(), status.message()), fatal)
-}
-
-/// Heartbeat every server (slot, server) each `every`; a server's answer is written, as ms
-/// since `started`, into its slot of `answered`.
-async fn heartbeats(
-    servers: Vec<(usize, Server)>,
-    trainer_id: String,
-    every: Duration,
-    answered: Arc<Vec<AtomicU64>>,
-    started: Instant,
-) {
-    loop {
-        tokio::time::sleep(every).await;
-        for (slot, server) in &servers {
-            let mut client = server.client.clone();
-            let request = HeartbeatRequest {
-                trainer_id: trainer_id.clone(),
-            };
-            match tokio::time::timeout(every.max(Duration::from_secs(1)), client.heartbeat(request))
-                .await
-            {
-                Ok(Ok(response)) => {
-                    answered[*slot].store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    if let Some(s) = response.into_inner().stats {
-                        tracing::debug!(host = %server.host, samples_per_s = s.samples_per_s, queue_depth = s.queue_depth, busy_threads = s.busy_threads, "data server stats");
-                    }
-                }
-                _ => tracing::debug!(host = %server.host, "heartbeat not answered"),
-            }
-        }
     }
 }
