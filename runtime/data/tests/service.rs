@@ -955,8 +955,9 @@ impl Batches for Slow {
     }
 }
 
-/// Three servers, the third `delay` slower per batch; 2 epochs streamed.
-fn with_a_straggler(delay: Duration, deterministic: bool) -> (Vec<Batch>, u64, u64) {
+/// Three servers, the third `delay` slower per batch (and this host's own pipeline beside
+/// them, with `hybrid`); 2 epochs streamed.
+fn with_a_straggler(delay: Duration, deterministic: bool, hybrid: bool) -> (Vec<Batch>, u64, u64) {
     let job = job();
     let fast: Vec<_> = (1..=2)
         .map(|i| TestServer::start(&job, &format!("algo-{i}"), |_| {}))
@@ -969,7 +970,10 @@ fn with_a_straggler(delay: Duration, deterministic: bool) -> (Vec<Batch>, u64, u
         "algo-3",
         |_| {},
     );
-    let client = connect(&job, &hosts(&[&fast[0], &fast[1], &slow]));
+    let mut client = connect(&job, &hosts(&[&fast[0], &fast[1], &slow]));
+    if hybrid {
+        client = client.with_local(engine(&job)).unwrap();
+    }
     let mut stream = client.stream(input(&job, &client, 2, deterministic), None);
     let batches = drain(&mut stream);
     (batches, client.backup_shards(), client.duplicate_batches())
@@ -978,7 +982,7 @@ fn with_a_straggler(delay: Duration, deterministic: bool) -> (Vec<Batch>, u64, u
 #[test]
 fn a_straggling_server_is_hedged_and_every_sample_arrives_once() {
     // 300 ms a batch against about 1 ms: its shards are overdue at once.
-    let (batches, backups, duplicates) = with_a_straggler(Duration::from_millis(300), false);
+    let (batches, backups, duplicates) = with_a_straggler(Duration::from_millis(300), false, false);
     assert_exactly_once(&batches, 2, 600);
     assert!(backups > 0, "no shard of the straggler was backed up");
     // 2 epochs of 15 shards: at most a tenth of them plus one per credit (3 × 2) each.
@@ -995,7 +999,44 @@ fn hedging_keeps_deterministic_order() {
         let mut stream = client.stream(input(&job, &client, 2, true), None);
         drain(&mut stream)
     };
-    let (batches, backups, _) = with_a_straggler(Duration::from_millis(300), true);
+    let (batches, backups, _) = with_a_straggler(Duration::from_millis(300), true, false);
     assert!(backups > 0, "no shard of the straggler was backed up");
     assert_eq!(batches, reference, "same batches, same pixels, same order");
+}
+
+#[test]
+fn a_stream_the_client_drops_stops_its_work_on_the_server() {
+    let job = job();
+    // One stream per trainer: the second can open only once the first's work has ended.
+    let server = TestServer::start(&job, "algo-1", |c| c.max_streams_per_trainer = 1);
+    let (rt, mut client) = stalling_client(&server);
+    let mut first = rt
+        .block_on(client.stream_shard(long_shard("t", 0)))
+        .unwrap()
+        .into_inner();
+    assert!(rt.block_on(first.message()).unwrap().is_some());
+    // A hedged shard's losing copy is dropped like this, mid-shard.
+    drop(first);
+    let started = Instant::now();
+    let second = loop {
+        match rt.block_on(client.stream_shard(long_shard("t", 1))) {
+            Ok(stream) => break stream.into_inner(),
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "the dropped stream's work still holds its place: {status:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    drop(second);
+}
+
+#[test]
+fn with_hybrid_input_the_local_pipeline_backs_up_a_straggler_like_a_server() {
+    let (batches, backups, _) = with_a_straggler(Duration::from_millis(300), false, true);
+    assert_exactly_once(&batches, 2, 600);
+    assert!(backups > 0, "no shard of the straggler was backed up");
 }

@@ -526,9 +526,13 @@ impl Scheduler {
     ) {
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let answered = Duration::from_millis(self.answered[i].load(Ordering::Relaxed));
-            if slot
-                .behind
-                .is_some_and(|since| self.started + answered > since)
+            // This host's own pipeline cannot be frozen apart from the trainer, only slow: it
+            // takes new shards at once (its overdue ones are still backed up).
+            let local = matches!(slot.source, Source::Local(_));
+            if local
+                || slot
+                    .behind
+                    .is_some_and(|since| self.started + answered > since)
             {
                 slot.behind = None;
             }
