@@ -28,6 +28,10 @@ use hetgen_pipeline::plan::EpochPlan;
 use hetgen_pipeline::{BatchStream, InputConfig};
 use hetgen_spec::model::Job;
 
+mod stragglers;
+
+use stragglers::stragglers;
+
 const TOKEN: &str = "soak-0123456789abcdef0123456789";
 const SEED: u64 = 11;
 const SAMPLES: u64 = 6_000;
@@ -74,89 +78,6 @@ fn main() -> ExitCode {
         Some("stragglers") => stragglers(&args),
         _ => coordinator(&args),
     }
-}
-
-/// `soak stragglers`: what one frozen data server costs the trainers. Rounds alternate a run
-/// as is and a run with one of the 3 servers frozen (SIGSTOP) for `--freeze-s` seconds from
-/// `--at-s` on, then resumed; 2 trainer ranks each take `--step-ms` per batch. Each run is
-/// checked for exactly-once; the report gives both times per round and the time lost as a share
-/// of the freeze.
-fn stragglers(args: &[String]) -> ExitCode {
-    let rounds: u32 = flag(args, "--rounds", 3);
-    let freeze = Duration::from_secs_f64(flag(args, "--freeze-s", 10.0));
-    let at = Duration::from_secs_f64(flag(args, "--at-s", 2.0));
-    let epochs: u32 = flag(args, "--epochs", 8);
-    let step_ms: u64 = flag(args, "--step-ms", 20);
-    let (servers, trainers) = (3, 2);
-    let me = std::env::current_exe().expect("the soak's own path");
-    let server_bin = server_binary(&me);
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let port = 33_000 + (std::process::id() % 2_000) as u16;
-    let net = 100 + (std::process::id() % 100) as u8;
-    let hosts = setup(dir.path(), servers, net);
-    let mut totals = Totals::default();
-    println!(
-        "| round | as is, s | one server frozen {:.0} s, s | lost, s | lost, % of the freeze | backups (as is / frozen) |",
-        freeze.as_secs_f64()
-    );
-    println!("|---:|---:|---:|---:|---:|---:|");
-    for round in 1..=rounds {
-        let mut times = [Duration::ZERO; 2];
-        let mut backups = [0u64; 2];
-        for (i, frozen) in [false, true].into_iter().enumerate() {
-            let id = round * 2 + i as u32;
-            let mut procs = start_servers(&server_bin, dir.path(), &hosts, port);
-            let mut ranks =
-                start_trainers(&me, dir.path(), &hosts, port, id, trainers, epochs, step_ms);
-            let started = Instant::now();
-            if frozen {
-                std::thread::sleep(at);
-                procs[1].signal(libc::SIGSTOP);
-                std::thread::sleep(freeze);
-                procs[1].signal(libc::SIGCONT);
-            }
-            for r in ranks.iter_mut() {
-                let status = r.child.wait().expect("wait on a trainer");
-                let mut out = String::new();
-                if let Some(mut stdout) = r.child.stdout.take() {
-                    let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
-                }
-                if !status.success() {
-                    totals.failed_rounds += 1;
-                }
-                backups[i] += reported(&out, "backup_shards").unwrap_or(0);
-            }
-            times[i] = started.elapsed();
-            for p in procs.iter_mut() {
-                let _ = p.child.kill();
-                let _ = p.child.wait();
-            }
-            check_round(dir.path(), id, trainers, epochs, &mut totals);
-            if frozen && times[0] < at + freeze {
-                eprintln!(
-                    "stragglers: a run as is ({:.1} s) ends before the freeze does: use more --epochs",
-                    times[0].as_secs_f64()
-                );
-            }
-        }
-        let lost = times[1].as_secs_f64() - times[0].as_secs_f64();
-        println!(
-            "| {round} | {:.2} | {:.2} | {lost:.2} | {:.0} % | {} / {} |",
-            times[0].as_secs_f64(),
-            times[1].as_secs_f64(),
-            100.0 * lost / freeze.as_secs_f64(),
-            backups[0],
-            backups[1]
-        );
-    }
-    println!(
-        "samples checked: {}; lost: {}; duplicated: {}; failed trainers: {}",
-        totals.samples, totals.lost, totals.duplicated, totals.failed_rounds
-    );
-    if totals.lost + totals.duplicated + totals.unexpected + u64::from(totals.failed_rounds) > 0 {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
 }
 
 /// `hetgen-data-server`, built beside the examples.
@@ -360,72 +281,19 @@ fn coordinator(args: &[String]) -> ExitCode {
             .map(|_| Instant::now() + Duration::from_millis(200 + rng.below(window)))
             .collect();
         strike_at.sort();
-        let mut statuses = vec![None; ranks.len()];
-        while statuses.iter().any(Option::is_none) {
-            for p in procs.iter_mut().chain(ranks.iter_mut()) {
-                p.sample();
-            }
-            for (i, r) in ranks.iter_mut().enumerate() {
-                if statuses[i].is_none() {
-                    statuses[i] = r.child.try_wait().expect("wait on a trainer");
-                }
-            }
-            for p in procs.iter_mut() {
-                if p.thaw(false) {
-                    eprintln!(
-                        "round {round}: resumed {} at {:.1} s",
-                        p.name,
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-            }
-            if strike_at.first().is_some_and(|t| Instant::now() >= *t) {
-                strike_at.remove(0);
-                strike(&mut procs, &mut rng, &mut totals, round, started);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        for p in procs.iter_mut().filter(|p| !p.killed) {
-            p.sample();
-            p.thaw(true);
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
-        let mut ok = true;
-        for (r, status) in ranks.iter_mut().zip(&statuses) {
-            let mut out = String::new();
-            if let Some(stdout) = r.child.stdout.take() {
-                for line in std::io::BufReader::new(stdout)
-                    .lines()
-                    .map_while(Result::ok)
-                {
-                    out.push_str(&line);
-                }
-            }
-            // The trainer's own reading is the exact peak; the sampled one is a lower bound.
-            if let Some(kib) = reported(&out, "peak_rss_kib") {
-                r.peak_kib = r.peak_kib.max(kib);
-            }
-            if !status.is_some_and(|s| s.success()) {
-                ok = false;
-                eprintln!("round {round}: {} failed ({status:?})", r.name);
-            }
-        }
-        if !ok {
-            totals.failed_rounds += 1;
-        }
+        let statuses = strike_while_streaming(
+            &mut procs,
+            &mut ranks,
+            strike_at,
+            &mut rng,
+            &mut totals,
+            round,
+            started,
+        );
+        end_round(&mut procs, &mut ranks, &statuses, &mut totals, round);
         last_round = round_started.elapsed();
         check_round(dir.path(), round, trainers, epochs, &mut totals);
-        for p in &procs {
-            totals
-                .peaks
-                .entry("data server")
-                .or_default()
-                .push(p.peak_kib);
-        }
-        for r in &ranks {
-            totals.peaks.entry("trainer").or_default().push(r.peak_kib);
-        }
+        record_peaks(&procs, &ranks, &mut totals);
         eprintln!(
             "round {round} done at {:.0} s: {} kills and {} freezes so far, lost {}, duplicated {}",
             started.elapsed().as_secs_f64(),
@@ -436,6 +304,96 @@ fn coordinator(args: &[String]) -> ExitCode {
         );
     }
     report(&totals, started.elapsed(), servers, trainers, epochs)
+}
+
+/// Until every trainer rank has exited: sample peak RSS, resume frozen servers when due, and
+/// strike a server at each of `strike_at`; the ranks' exit statuses.
+fn strike_while_streaming(
+    procs: &mut [Proc],
+    ranks: &mut [Proc],
+    mut strike_at: Vec<Instant>,
+    rng: &mut Rng,
+    totals: &mut Totals,
+    round: u32,
+    started: Instant,
+) -> Vec<Option<std::process::ExitStatus>> {
+    let mut statuses = vec![None; ranks.len()];
+    while statuses.iter().any(Option::is_none) {
+        for p in procs.iter_mut().chain(ranks.iter_mut()) {
+            p.sample();
+        }
+        for (i, r) in ranks.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                statuses[i] = r.child.try_wait().expect("wait on a trainer");
+            }
+        }
+        for p in procs.iter_mut() {
+            if p.thaw(false) {
+                eprintln!(
+                    "round {round}: resumed {} at {:.1} s",
+                    p.name,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        if strike_at.first().is_some_and(|t| Instant::now() >= *t) {
+            strike_at.remove(0);
+            strike(procs, rng, totals, round, started);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    statuses
+}
+
+/// The round's peak RSS per process, by role.
+fn record_peaks(procs: &[Proc], ranks: &[Proc], totals: &mut Totals) {
+    let servers = procs.iter().map(|p| p.peak_kib);
+    totals
+        .peaks
+        .entry("data server")
+        .or_default()
+        .extend(servers);
+    let trainers = ranks.iter().map(|r| r.peak_kib);
+    totals.peaks.entry("trainer").or_default().extend(trainers);
+}
+
+/// Stop the round's servers, and read each rank's report and exit status into `totals`.
+fn end_round(
+    procs: &mut [Proc],
+    ranks: &mut [Proc],
+    statuses: &[Option<std::process::ExitStatus>],
+    totals: &mut Totals,
+    round: u32,
+) {
+    for p in procs.iter_mut().filter(|p| !p.killed) {
+        p.sample();
+        p.thaw(true);
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    let mut ok = true;
+    for (r, status) in ranks.iter_mut().zip(statuses) {
+        let mut out = String::new();
+        if let Some(stdout) = r.child.stdout.take() {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                out.push_str(&line);
+            }
+        }
+        // The trainer's own reading is the exact peak; the sampled one is a lower bound.
+        if let Some(kib) = reported(&out, "peak_rss_kib") {
+            r.peak_kib = r.peak_kib.max(kib);
+        }
+        if !status.is_some_and(|s| s.success()) {
+            ok = false;
+            eprintln!("round {round}: {} failed ({status:?})", r.name);
+        }
+    }
+    if !ok {
+        totals.failed_rounds += 1;
+    }
 }
 
 /// The data servers of a round, one per host.
