@@ -157,15 +157,19 @@ impl Drop for Reaper {
     }
 }
 
+/// A cluster of three data servers, started.
+fn three_servers() -> (Cluster, Reaper) {
+    let cluster = Cluster::new(3);
+    let children = ["algo-1", "algo-2", "algo-3"]
+        .iter()
+        .map(|h| cluster.start(h, &[]))
+        .collect();
+    (cluster, Reaper(children))
+}
+
 #[test]
 fn one_of_three_servers_killed_mid_epoch_loses_and_repeats_nothing() {
-    let cluster = Cluster::new(3);
-    let mut children = Reaper(
-        ["algo-1", "algo-2", "algo-3"]
-            .iter()
-            .map(|h| cluster.start(h, &[]))
-            .collect(),
-    );
+    let (cluster, mut children) = three_servers();
     let job = job();
     let client = cluster.connect(&job, &["algo-1", "algo-2", "algo-3"]);
     let mut stream = client.stream(input(&job, &client, 2, false), None);
@@ -525,13 +529,7 @@ fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
 
 #[test]
 fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
-    let cluster = Cluster::new(3);
-    let mut children = Reaper(
-        ["algo-1", "algo-2", "algo-3"]
-            .iter()
-            .map(|h| cluster.start(h, &[]))
-            .collect(),
-    );
+    let (cluster, mut children) = three_servers();
     let job = job();
     // A stall timeout far beyond the freeze: the frozen server must not count as lost.
     let client = cluster.connect(&job, &["algo-1", "algo-2", "algo-3"]);

@@ -184,21 +184,25 @@ fn hybrid_input_finishes_the_epoch_alone_when_every_server_is_lost() {
     assert_exactly_once(&batches, 2, 600);
 }
 
-fn raw_client(
+type RawClient =
+    DataServiceClient<tonic::codegen::InterceptedService<tonic::transport::Channel, AttachToken>>;
+
+fn raw_client(server: &TestServer, token: &str) -> (tokio::runtime::Runtime, RawClient) {
+    client_of(server, token, None)
+}
+
+/// The generated client on a runtime of its own, with `token`, receiving with an HTTP/2
+/// stream window of `window` bytes (hyper's default without).
+fn client_of(
     server: &TestServer,
     token: &str,
-) -> (
-    tokio::runtime::Runtime,
-    DataServiceClient<tonic::codegen::InterceptedService<tonic::transport::Channel, AttachToken>>,
-) {
+    window: Option<u32>,
+) -> (tokio::runtime::Runtime, RawClient) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let channel = runtime
-        .block_on(
-            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
-                .unwrap()
-                .connect(),
-        )
-        .unwrap();
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .initial_stream_window_size(window);
+    let channel = runtime.block_on(endpoint.connect()).unwrap();
     (
         runtime,
         DataServiceClient::with_interceptor(channel, AttachToken::new(token).unwrap()),
@@ -754,25 +758,8 @@ fn a_full_trainer_table_locks_no_trainer_out() {
 /// A client that reads no more than 4 KiB of a stream ahead of its caller, so a stream it
 /// does not read stalls on the server as soon as that is sent (with the default 2 MiB
 /// windows a test shard would be sent whole).
-fn stalling_client(
-    server: &TestServer,
-) -> (
-    tokio::runtime::Runtime,
-    DataServiceClient<tonic::codegen::InterceptedService<tonic::transport::Channel, AttachToken>>,
-) {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let channel = runtime
-        .block_on(
-            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
-                .unwrap()
-                .initial_stream_window_size(4096)
-                .connect(),
-        )
-        .unwrap();
-    (
-        runtime,
-        DataServiceClient::with_interceptor(channel, AttachToken::new(TOKEN).unwrap()),
-    )
+fn stalling_client(server: &TestServer) -> (tokio::runtime::Runtime, RawClient) {
+    client_of(server, TOKEN, Some(4096))
 }
 
 /// A shard stream of `trainer` whose every batch has `batch_size` samples.
