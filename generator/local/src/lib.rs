@@ -140,28 +140,8 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .unwrap_or_default();
     variables.extend(options.env.iter().cloned());
     let mut inherited = layout::inherited_environment(options.caller_env.clone());
-    // On AWS's image every host runs the toolkit's `train`, from the environment that has it,
-    // and the bundle's entry point, not hetgen, says where the job file and the code are.
     let toolkit = match &options.framework {
-        Some(_) => {
-            inherited.remove(hetgen_env::JOB_FILE_VAR);
-            inherited.remove(hetgen_env::CODE_DIR_VAR);
-            let path = inherited.get("PATH").cloned().unwrap_or_default();
-            let bin = framework::check_environment(&path, &inherited)?;
-            let mut dirs = vec![bin.clone()];
-            dirs.extend(std::env::split_paths(&path).filter(|d| *d != bin));
-            if let Ok(path) = std::env::join_paths(dirs) {
-                inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
-            }
-            variables.insert(
-                0,
-                (
-                    "SAGEMAKER_TRAINING_MODULE".to_owned(),
-                    framework::TRAINING_MODULE.to_owned(),
-                ),
-            );
-            Some(bin.join("train"))
-        }
+        Some(_) => Some(toolkit_train(&mut inherited, &mut variables)?),
         None => None,
     };
     if let Some(script) = job.trainer.script() {
@@ -171,14 +151,7 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         };
         script_environment(code, &mut variables);
     }
-    let port = variables
-        .iter()
-        .rev()
-        .find(|(k, _)| k == DATA_PORT_VAR)
-        .map(|(_, v)| v.as_str())
-        .or(inherited.get(DATA_PORT_VAR).map(String::as_str))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_DATA_PORT);
+    let port = data_port(&variables, &inherited);
 
     let total: usize = job.groups.iter().map(|g| g.count as usize).sum();
     // Not from the seeded generator: two runs with one seed at once (parallel tests, a
@@ -198,18 +171,7 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
     layout.write()?;
     let mut notes = Vec::new();
     let hosts_binding = match &toolkit {
-        Some(_) => {
-            let path = inherited
-                .get("PATH")
-                .map(String::as_str)
-                .unwrap_or_default();
-            let contained = framework::prepare_hosts(&layout, path)?;
-            if contained.is_none() {
-                notes.push(framework::UNCONTAINED.to_owned());
-                variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
-            }
-            contained
-        }
+        Some(_) => contain_hosts(&layout, &inherited, &mut variables, &mut notes)?,
         None => None,
     };
 
@@ -221,30 +183,14 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
             message: e.to_string(),
         })?,
     };
-    let commands = layout
-        .cluster
-        .hosts
-        .iter()
-        .zip(cpu_sets)
-        .map(|(host, cpus)| {
-            // SageMaker runs `IMAGE train`: hetgen's launcher in hetgen's image, the toolkit's
-            // `train` in AWS's (contained where it can be).
-            let (program, args) = match (&toolkit, &hosts_binding) {
-                (Some(train), Some((_, unshare))) => framework::in_pid_namespace(unshare, train),
-                (Some(train), None) => (train.clone(), Vec::new()),
-                (None, _) => (launcher.clone(), vec!["train".to_owned()]),
-            };
-            HostCommand {
-                host: host.clone(),
-                program,
-                args,
-                env: layout.environment(host, &shared),
-                base_dir: layout.host_dir(host),
-                cpus,
-                hosts_binding: hosts_binding.as_ref().map(|(b, _)| b.clone()),
-            }
-        })
-        .collect();
+    let program = match &toolkit {
+        Some(train) => HostProgram::Toolkit {
+            train,
+            binding: hosts_binding.as_ref(),
+        },
+        None => HostProgram::Launcher(&launcher),
+    };
+    let commands = host_commands(&layout, &shared, program, cpu_sets);
     Ok(LocalJob {
         name: job.name.clone(),
         layout,
@@ -253,6 +199,120 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         limits: options.limits,
         notes,
     })
+}
+
+/// The toolkit's `train` a job on AWS's image runs on every host, from the environment that has
+/// it. The bundle's entry point, not hetgen, says where the job file and the code are, so their
+/// variables are not passed on; the toolkit's folder goes first on `PATH`.
+fn toolkit_train(
+    inherited: &mut BTreeMap<String, String>,
+    variables: &mut Vec<(String, String)>,
+) -> Result<PathBuf, LocalError> {
+    inherited.remove(hetgen_env::JOB_FILE_VAR);
+    inherited.remove(hetgen_env::CODE_DIR_VAR);
+    let path = inherited.get("PATH").cloned().unwrap_or_default();
+    let bin = framework::check_environment(&path, inherited)?;
+    let mut dirs = vec![bin.clone()];
+    dirs.extend(std::env::split_paths(&path).filter(|d| *d != bin));
+    if let Ok(path) = std::env::join_paths(dirs) {
+        inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
+    }
+    variables.insert(
+        0,
+        (
+            "SAGEMAKER_TRAINING_MODULE".to_owned(),
+            framework::TRAINING_MODULE.to_owned(),
+        ),
+    );
+    Ok(bin.join("train"))
+}
+
+/// The data servers' port, which the hosts' loopback block must leave free: the last
+/// `HETGEN_DATA_PORT` the job sets, else the caller's, else the default.
+fn data_port(variables: &[(String, String)], inherited: &BTreeMap<String, String>) -> u16 {
+    variables
+        .iter()
+        .rev()
+        .find(|(k, _)| k == DATA_PORT_VAR)
+        .map(|(_, v)| v.as_str())
+        .or(inherited.get(DATA_PORT_VAR).map(String::as_str))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_DATA_PORT)
+}
+
+/// The hosts of a job on AWS's image, each in namespaces of its own where this machine allows
+/// it; where it does not, they run uncontained and the toolkit is told it is in local mode.
+fn contain_hosts(
+    layout: &Layout,
+    inherited: &BTreeMap<String, String>,
+    variables: &mut Vec<(String, String)>,
+    notes: &mut Vec<String>,
+) -> Result<Option<(framework::HostsBinding, PathBuf)>, LocalError> {
+    let path = inherited
+        .get("PATH")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let contained = framework::prepare_hosts(layout, path)?;
+    if contained.is_none() {
+        notes.push(framework::UNCONTAINED.to_owned());
+        variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
+    }
+    Ok(contained)
+}
+
+/// What SageMaker's `IMAGE train` runs on every host.
+enum HostProgram<'a> {
+    /// hetgen's launcher, in hetgen's image.
+    Launcher(&'a Path),
+    /// The toolkit's `train`, in AWS's image: in a PID namespace of its own where the hosts are
+    /// contained (`binding`: their hosts file and `unshare`).
+    Toolkit {
+        train: &'a Path,
+        binding: Option<&'a (framework::HostsBinding, PathBuf)>,
+    },
+}
+
+/// One command per host, `algo-1` first, each on its CPU set.
+fn host_commands(
+    layout: &Layout,
+    shared: &JobEnvironment,
+    program: HostProgram<'_>,
+    cpu_sets: Vec<Option<Vec<usize>>>,
+) -> Vec<HostCommand> {
+    let binding = match &program {
+        HostProgram::Toolkit { binding, .. } => binding.map(|(b, _)| b.clone()),
+        HostProgram::Launcher(_) => None,
+    };
+    layout
+        .cluster
+        .hosts
+        .iter()
+        .zip(cpu_sets)
+        .map(|(host, cpus)| {
+            let (program, args) = match &program {
+                HostProgram::Toolkit {
+                    train,
+                    binding: Some((_, unshare)),
+                } => framework::in_pid_namespace(unshare, train),
+                HostProgram::Toolkit {
+                    train,
+                    binding: None,
+                } => (train.to_path_buf(), Vec::new()),
+                HostProgram::Launcher(launcher) => {
+                    (launcher.to_path_buf(), vec!["train".to_owned()])
+                }
+            };
+            HostCommand {
+                host: host.clone(),
+                program,
+                args,
+                env: layout.environment(host, shared),
+                base_dir: layout.host_dir(host),
+                cpus,
+                hosts_binding: binding.clone(),
+            }
+        })
+        .collect()
 }
 
 /// The code of a script-mode trainer host on hetgen's own image: the spec's `source_dir`,
