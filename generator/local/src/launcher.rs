@@ -96,20 +96,32 @@ impl LauncherBuild {
                 path: self.runtime.clone(),
             })?;
         self.seed_lock_file(&runtime)?;
-        // Every job's launcher is the binary `launcher` in the shared target folder: hold a
-        // lock from the build until this job's copy is kept, so that two runs starting at once
-        // cannot swap each other's binaries.
+        let lock = self.lock_target()?;
+        self.run_cargo(self.cargo_command(&runtime), on_line)?;
+        keep(&self.binary(), keep_as)?;
+        drop(lock);
+        Ok(keep_as.to_owned())
+    }
+
+    /// Every job's launcher is the binary `launcher` in the shared target folder: the lock
+    /// returned is held from the build until this job's copy is kept, so that two runs starting
+    /// at once cannot swap each other's binaries.
+    fn lock_target(&self) -> Result<std::fs::File, LocalError> {
         std::fs::create_dir_all(&self.target_dir).map_err(|source| LocalError::Write {
             path: self.target_dir.clone(),
             source,
         })?;
         let lock_path = self.target_dir.join(".hetgen-launcher.lock");
-        let lock = std::fs::File::create(&lock_path)
+        std::fs::File::create(&lock_path)
             .and_then(|f| f.lock().map(|()| f))
             .map_err(|source| LocalError::Write {
                 path: lock_path,
                 source,
-            })?;
+            })
+    }
+
+    /// `cargo build` of the launcher crate against `runtime`, the hetgen runtime's source.
+    fn cargo_command(&self, runtime: &Path) -> Command {
         let patch = format!(
             "patch.crates-io.hetgen-runtime.path={}",
             toml_string(&runtime.display().to_string())
@@ -149,6 +161,11 @@ impl LauncherBuild {
                 cmd.env("PATH", joined);
             }
         }
+        cmd
+    }
+
+    /// Runs `cmd`, handing each line cargo writes to stderr to `on_line`.
+    fn run_cargo(&self, mut cmd: Command, on_line: &mut dyn FnMut(&str)) -> Result<(), LocalError> {
         let mut child = cmd.spawn().map_err(|source| LocalError::NoCargo {
             cargo: self.cargo.clone(),
             source,
@@ -170,9 +187,7 @@ impl LauncherBuild {
                 status: status.to_string(),
             });
         }
-        keep(&self.binary(), keep_as)?;
-        drop(lock);
-        Ok(keep_as.to_owned())
+        Ok(())
     }
 
     /// Starts the launcher's lock file from the hetgen workspace's, so it resolves the same
