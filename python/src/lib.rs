@@ -3,12 +3,15 @@
 //! The package's public names live in Python (`hetgen/__init__.py`); this module holds what must
 //! be Rust: [`loader::NativeLoader`], which streams batches from the job's data servers (the same
 //! client the built-in trainer uses) or runs the pipeline engine in-process, and hands each batch
-//! to Python as numpy arrays over the batch's own memory ([`batch`]). Errors become the package's
-//! exceptions ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]). [`launch`]
-//! is hetgen's role launcher itself, for the package's entry points.
+//! to Python as numpy arrays over the batch's own memory ([`batch`]); it finds its job with
+//! [`job`] and reaches the data servers with [`connect`]. Errors become the package's exceptions
+//! ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]). [`launch`] is hetgen's
+//! role launcher itself, for the package's entry points.
 
 mod batch;
+mod connect;
 mod errors;
+mod job;
 mod launch;
 mod loader;
 mod wait;

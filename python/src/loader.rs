@@ -9,13 +9,12 @@
 //! resumes exactly after the last batch the training loop saw.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use hetgen_data::audit::AuditFile;
-use hetgen_data::client::{Client, ClientConfig, connect_to_job, trainer_id};
+use hetgen_data::client::Client;
 use hetgen_data::input::{self, Asked, Mode};
 use hetgen_env::Env;
 use hetgen_pipeline::{
@@ -26,8 +25,9 @@ use hetgen_spec::model::{Job, Stage};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::{self, ConfigurationError, DataError, SpecError};
-use crate::wait;
+use crate::connect::{self, Servers};
+use crate::errors::{self, ConfigurationError, DataError};
+use crate::{job, wait};
 
 /// A batch with the position after it, or why the stream ended early.
 type Item = Result<(Batch, Position), BoxError>;
@@ -103,149 +103,34 @@ impl NativeLoader {
         // (see `hetgen_pipeline::tune_allocator`) is what every hetgen process runs with.
         static TUNE: std::sync::Once = std::sync::Once::new();
         TUNE.call_once(hetgen_pipeline::tune_allocator);
-        if world_size == 0 || rank >= world_size {
-            return Err(ConfigurationError::new_err(format!(
-                "rank {rank} is not one of {world_size} ranks: a rank is 0 to world_size - 1"
-            )));
-        }
-        if prefetch == 0 {
-            return Err(ConfigurationError::new_err(
-                "prefetch must be at least 1 batch",
-            ));
-        }
-        let connect_timeout = seconds("connect_timeout", connect_timeout)?;
-        let stall_timeout = seconds("stall_timeout", stall_timeout)?;
-        let env = job_env()?;
-        let job = match &spec {
-            Some(path) => load_spec(path)?,
-            None if env.is_some() => load_job_file(None)?,
-            None => {
-                return Err(ConfigurationError::new_err(
-                    "no job: pass `spec` (a hetgen.toml or job.json), or run inside a hetgen job \
-                     (where resourceconfig.json and HETGEN_JOB_FILE describe it)",
-                ));
-            }
-        };
-        let mode = match mode.as_deref() {
-            Some("remote") => Some(Mode::Remote),
-            Some("local") => Some(Mode::Local),
-            Some(other) => {
-                return Err(ConfigurationError::new_err(format!(
-                    "mode `{other}` is neither `remote` nor `local`"
-                )));
-            }
-            None => None,
-        };
+        check_shares(rank, world_size, prefetch)?;
+        let servers = Servers::new(hosts, token, trainer_id, connect_timeout, stall_timeout)?;
+        let env = job::job_env()?;
+        let job = job::find(spec.as_deref(), env.as_ref())?;
         let asked = Asked {
-            mode,
-            hosts_given: hosts.is_some(),
+            mode: parse_mode(mode.as_deref())?,
+            hosts_given: servers.hosts.is_some(),
             threads,
             local_ranks: local_world_size,
         };
-        let decided = match input::decide(&job, env.as_ref(), &asked) {
-            Ok(decided) => decided,
-            // Outside a job the hosts are the caller's to give: say so in the Loader's words.
-            Err(_) if env.is_none() => {
-                return Err(ConfigurationError::new_err(
-                    "mode `remote` outside a job needs `hosts` (\"host:port\" of every data server)",
-                ));
-            }
-            Err(e) => return Err(ConfigurationError::new_err(e.to_string())),
-        };
-        let tune = move |config: &mut ClientConfig| {
-            if let Some(t) = connect_timeout {
-                config.connect_timeout = t;
-            }
-            if let Some(t) = stall_timeout {
-                config.stall_timeout = t;
-            }
-        };
-        let host = env.as_ref().map(|env| env.host().to_owned());
-        let given = channels;
-        let channels = || match (given, &env, &spec) {
-            (Some(channels), _, _) => Ok(channels),
-            (None, Some(env), None) => Ok(env.channel_dirs.clone()),
-            (None, _, Some(spec)) => spec_channels(&job, spec),
-            (None, None, None) => Ok(BTreeMap::new()),
-        };
-        let input = match decided.mode {
-            Mode::Remote => {
-                let dirs = match decided.threads {
-                    0 => None,
-                    _ => Some(channels()?),
-                };
-                let client = connect(py, &job, env.as_ref(), hosts, token, rank, trainer_id, tune)?;
-                let client = match dirs {
-                    Some(channels) => {
-                        let engine = Engine::new(
-                            &job,
-                            &StageRegistry::builtin(),
-                            &channels,
-                            Some(decided.threads),
-                        )
-                        .map_err(|e| errors::to_py(&e))?;
-                        client
-                            .with_local(Arc::new(engine))
-                            .map_err(|e| errors::to_py(&e))?
-                    }
-                    None => client,
-                };
-                Input::Remote(Arc::new(client))
-            }
-            Mode::Local => {
-                let engine = Engine::new(
-                    &job,
-                    &StageRegistry::builtin(),
-                    &channels()?,
-                    Some(decided.threads),
-                )
-                .map_err(|e| errors::to_py(&e))?;
-                Input::Local(Arc::new(engine))
-            }
-        };
-        let samples_per_epoch = match &input {
-            Input::Local(engine) => engine.samples_per_epoch(),
-            Input::Remote(client) => client.samples_per_epoch(),
-        };
-        if samples_per_epoch < u64::from(world_size) {
-            return Err(ConfigurationError::new_err(format!(
-                "the source has {samples_per_epoch} samples per epoch, fewer than the \
-                 {world_size} ranks that share them"
-            )));
-        }
-        let config = InputConfig {
-            seed: job.seed,
-            samples_per_epoch,
-            shard_size: job.pipeline.shard_size,
-            batch_size: job.pipeline.batch_size,
+        let decided = decide(&job, env.as_ref(), &asked)?;
+        let channels = || job::channel_dirs(channels, env.as_ref(), spec.as_deref(), &job);
+        let input = Input::open(py, &job, env.as_ref(), &decided, servers, rank, channels)?;
+        let config = input_config(
+            &job,
+            input.samples_per_epoch(),
             epochs,
             rank,
-            world: world_size,
-            deterministic: deterministic.unwrap_or(job.trainer.deterministic()),
-        };
-        let audit = if audit {
-            AuditFile::from_env()
-        } else {
-            Ok(None)
-        };
-        let audit = audit.map_err(|e| {
-            ConfigurationError::new_err(format!(
-                "{}: cannot open the audit file: {e}",
-                hetgen_data::audit::AUDIT_FILE_VAR
-            ))
-        })?;
+            world_size,
+            deterministic,
+        )?;
         Ok(Self {
+            host: env.as_ref().map(|env| env.host().to_owned()),
             job,
             input,
-            host,
             config,
             prefetch,
-            state: Mutex::new(State {
-                position: Position::default(),
-                stream: None,
-                ended: false,
-                audit,
-            }),
+            state: Mutex::new(State::new(open_audit(audit)?)),
         })
     }
 
@@ -545,160 +430,142 @@ impl NativeLoader {
     }
 }
 
-/// A positive, finite number of seconds.
-fn seconds(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
-    match value {
-        None => Ok(None),
-        Some(s) if s > 0.0 && s.is_finite() && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(ConfigurationError::new_err(format!(
-            "{name} must be a positive number of seconds below 1e9, not {s}"
+impl Input {
+    /// The input `decided` says: the engine alone (local), or the data servers, with this
+    /// host's own engine beside them when it has threads (hybrid). `channels` is asked only
+    /// when an engine runs here.
+    fn open(
+        py: Python<'_>,
+        job: &Job,
+        env: Option<&Env>,
+        decided: &input::Input,
+        servers: Servers,
+        rank: u32,
+        channels: impl FnOnce() -> PyResult<BTreeMap<String, PathBuf>>,
+    ) -> PyResult<Self> {
+        match decided.mode {
+            Mode::Remote => {
+                let dirs = match decided.threads {
+                    0 => None,
+                    _ => Some(channels()?),
+                };
+                let client = connect::connect(py, job, env, servers, rank)?;
+                let client = match dirs {
+                    Some(channels) => client
+                        .with_local(engine(job, &channels, decided.threads)?)
+                        .map_err(|e| errors::to_py(&e))?,
+                    None => client,
+                };
+                Ok(Input::Remote(Arc::new(client)))
+            }
+            Mode::Local => Ok(Input::Local(engine(job, &channels()?, decided.threads)?)),
+        }
+    }
+
+    fn samples_per_epoch(&self) -> u64 {
+        match self {
+            Input::Local(engine) => engine.samples_per_epoch(),
+            Input::Remote(client) => client.samples_per_epoch(),
+        }
+    }
+}
+
+impl State {
+    /// Before the first batch.
+    fn new(audit: Option<AuditFile>) -> Self {
+        Self {
+            position: Position::default(),
+            stream: None,
+            ended: false,
+            audit,
+        }
+    }
+}
+
+/// `rank` is one of `world_size`, and at least one batch is prefetched.
+fn check_shares(rank: u32, world_size: u32, prefetch: usize) -> PyResult<()> {
+    if world_size == 0 || rank >= world_size {
+        return Err(ConfigurationError::new_err(format!(
+            "rank {rank} is not one of {world_size} ranks: a rank is 0 to world_size - 1"
+        )));
+    }
+    if prefetch == 0 {
+        return Err(ConfigurationError::new_err(
+            "prefetch must be at least 1 batch",
+        ));
+    }
+    Ok(())
+}
+
+/// The `mode` asked for: `"remote"`, `"local"`, or none (decided from the job).
+fn parse_mode(mode: Option<&str>) -> PyResult<Option<Mode>> {
+    match mode {
+        Some("remote") => Ok(Some(Mode::Remote)),
+        Some("local") => Ok(Some(Mode::Local)),
+        Some(other) => Err(ConfigurationError::new_err(format!(
+            "mode `{other}` is neither `remote` nor `local`"
         ))),
+        None => Ok(None),
     }
 }
 
-/// The job's environment when this process runs inside a job (SageMaker, `deploy --local`).
-fn job_env() -> PyResult<Option<Env>> {
-    Env::load_if_present().map_err(|e| errors::to_py(&e))
-}
-
-/// A spec (`hetgen.toml`, validated as `hetgen validate` does) or a rendered `job.json`.
-fn load_spec(path: &Path) -> PyResult<Job> {
-    if path.extension().is_some_and(|e| e == "json") {
-        return load_job_file(Some(path));
+/// This host's input, by the one rule the launcher and `hetgen plan` follow too.
+fn decide(job: &Job, env: Option<&Env>, asked: &Asked) -> PyResult<input::Input> {
+    match input::decide(job, env, asked) {
+        Ok(decided) => Ok(decided),
+        // Outside a job the hosts are the caller's to give: say so in the Loader's words.
+        Err(_) if env.is_none() => Err(ConfigurationError::new_err(connect::NEEDS_HOSTS)),
+        Err(e) => Err(ConfigurationError::new_err(e.to_string())),
     }
-    let bytes = std::fs::read(path)
-        .map_err(|e| SpecError::new_err(format!("cannot read the spec {}: {e}", path.display())))?;
-    let checked = hetgen_spec::check_file(path, &bytes);
-    checked.job.ok_or_else(|| {
-        SpecError::new_err(describe_problems(
-            &path.display().to_string(),
-            &checked.report,
-        ))
-    })
 }
 
-fn load_job_file(path: Option<&Path>) -> PyResult<Job> {
-    hetgen_env::load_job(path)
-        .map(|(_, file)| file.job)
+/// The pipeline engine on this host, with `threads` workers.
+fn engine(
+    job: &Job,
+    channels: &BTreeMap<String, PathBuf>,
+    threads: usize,
+) -> PyResult<Arc<Engine>> {
+    Engine::new(job, &StageRegistry::builtin(), channels, Some(threads))
+        .map(Arc::new)
         .map_err(|e| errors::to_py(&e))
 }
 
-/// Every error of a spec, one `file:line:column: message` block each, as `hetgen validate`
-/// reports them (without colour).
-fn describe_problems(name: &str, report: &hetgen_spec::Report) -> String {
-    /// Beyond this, a count: a message is read by a person.
-    const SHOWN: usize = 20;
-    let errors: Vec<_> = report
-        .problems
-        .iter()
-        .filter(|p| p.severity == hetgen_spec::Severity::Error)
-        .collect();
-    let count = match errors.len() {
-        1 => "1 error".to_owned(),
-        n => format!("{n} errors"),
-    };
-    let mut out = format!("{name}: invalid spec ({count})");
-    for p in errors.iter().take(SHOWN) {
-        let at = match p.line_col() {
-            Some((line, column)) => format!("{name}:{line}:{column}"),
-            None => name.to_owned(),
-        };
-        out.push_str(&format!("\n{at}: {} [{}]", p.message, p.code));
-        if let Some(help) = &p.help {
-            out.push_str(&format!("\n  help: {help}"));
-        }
-    }
-    if errors.len() > SHOWN {
-        out.push_str(&format!("\n… and {} more", errors.len() - SHOWN));
-    }
-    out
-}
-
-/// Channel name → folder for a local run of a spec: each channel's `local_path` (or a `uri`
-/// that is a path), relative to the spec's folder.
-fn spec_channels(job: &Job, spec: &Path) -> PyResult<BTreeMap<String, PathBuf>> {
-    let base = spec.parent().unwrap_or(Path::new("."));
-    let mut out = BTreeMap::new();
-    for channel in &job.channels {
-        if let Some(path) = &channel.local_path {
-            out.insert(channel.name.clone(), base.join(path));
-        } else if job.pipeline.source.channel() == Some(channel.name.as_str()) {
-            return Err(ConfigurationError::new_err(format!(
-                "the source reads channel `{}`, which is only in `{}`: pass its local folder as \
-                 `channels={{\"{}\": \"path/to/folder\"}}` or give it a `local_path` in the spec",
-                channel.name, channel.uri, channel.name
-            )));
-        }
-    }
-    Ok(out)
-}
-
-/// Connect to the data servers: the job's (from its environment) or the `hosts` given.
-#[allow(clippy::too_many_arguments)]
-fn connect(
-    py: Python<'_>,
+/// What this rank streams, when the source has a sample for each rank at least.
+fn input_config(
     job: &Job,
-    env: Option<&Env>,
-    hosts: Option<Vec<String>>,
-    token: Option<String>,
+    samples_per_epoch: u64,
+    epochs: Option<u32>,
     rank: u32,
-    id: Option<String>,
-    tune: impl FnOnce(&mut ClientConfig) + Send + 'static,
-) -> PyResult<Client> {
-    let job = job.clone();
-    if let Some(token) = &token {
-        hetgen_data::auth::check_token(token).map_err(|e| errors::to_py(&e))?;
+    world_size: u32,
+    deterministic: Option<bool>,
+) -> PyResult<InputConfig> {
+    if samples_per_epoch < u64::from(world_size) {
+        return Err(ConfigurationError::new_err(format!(
+            "the source has {samples_per_epoch} samples per epoch, fewer than the \
+             {world_size} ranks that share them"
+        )));
     }
-    let result = match (hosts, env) {
-        (None, Some(env)) => {
-            let env = env.clone();
-            let id = id.unwrap_or_else(|| trainer_id(&env, rank));
-            wait::run(py, "hetgen-connect", move || {
-                connect_to_job(&job, &env, id, token, tune)
-            })?
-        }
-        (None, None) => {
-            return Err(ConfigurationError::new_err(
-                "mode `remote` outside a job needs `hosts` (\"host:port\" of every data server)",
-            ));
-        }
-        (Some(hosts), env) => {
-            let targets = hosts
-                .iter()
-                .map(|h| parse_host(h))
-                .collect::<PyResult<Vec<_>>>()?;
-            let token = match token {
-                Some(token) => token,
-                None => hetgen_data::auth::token_from_env().map_err(|e| errors::to_py(&e))?,
-            };
-            // Inside a job its servers take only ids of its trainer hosts; outside, any.
-            let id = id.unwrap_or_else(|| match env {
-                Some(env) => trainer_id(env, rank),
-                None => format!("python-{}/rank-{rank}", std::process::id()),
-            });
-            let mut config = ClientConfig::new(id, token);
-            tune(&mut config);
-            let shape = job.pipeline.output_shape;
-            wait::run(py, "hetgen-connect", move || {
-                Client::connect(&targets, shape, config).map_err(BoxError::from)
-            })?
-        }
-    };
-    result.map_err(errors::boxed)
+    Ok(InputConfig {
+        seed: job.seed,
+        samples_per_epoch,
+        shard_size: job.pipeline.shard_size,
+        batch_size: job.pipeline.batch_size,
+        epochs,
+        rank,
+        world: world_size,
+        deterministic: deterministic.unwrap_or(job.trainer.deterministic()),
+    })
 }
 
-/// `host:port` (IPv6 as `[addr]:port`).
-fn parse_host(text: &str) -> PyResult<(String, u16)> {
-    let bad = || {
-        ConfigurationError::new_err(format!(
-            "data host `{text}` is not `host:port` (e.g. `algo-1:16000` or `127.0.0.1:16000`)"
-        ))
-    };
-    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() || port == 0 {
-        return Err(bad());
+/// `HETGEN_AUDIT_FILE`, unless `audit` is off.
+fn open_audit(audit: bool) -> PyResult<Option<AuditFile>> {
+    if !audit {
+        return Ok(None);
     }
-    Ok((host.to_owned(), port))
+    AuditFile::from_env().map_err(|e| {
+        ConfigurationError::new_err(format!(
+            "{}: cannot open the audit file: {e}",
+            hetgen_data::audit::AUDIT_FILE_VAR
+        ))
+    })
 }
