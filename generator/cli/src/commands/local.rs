@@ -5,14 +5,16 @@
 //! and the job ends Completed, Failed or Stopped with a job record in its folder.
 
 use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hetgen_local::supervise::Status;
 use hetgen_local::{
-    CpuPolicy, Exit, FrameworkRun, Host, JobRecord, Limits, Observer, RunOptions, Step,
+    CpuPolicy, Exit, FrameworkRun, Host, JobRecord, Limits, LocalJob, Observer, RunOptions, Step,
     StopRequests, Stream,
 };
+use hetgen_spec::Job;
 use indicatif::ProgressBar;
 
 use super::{build_launcher, ensure_fresh, render_spec, spinner, write_bundle};
@@ -21,29 +23,41 @@ use crate::exit::Failure;
 use crate::view::{label_width, labelled, progress, summary_lines};
 
 pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
-    let local = &args.local;
     let (job, rendered) = render_spec(&args.spec)?;
     // The run uses exactly the rendered job.json and launcher, so they must match the spec.
     ensure_fresh(&rendered, &args.out)?;
     let job_root = args.out.join(&rendered.dir);
+    let options = run_options(args, &job, &job_root)?;
+    let prepared = hetgen_local::prepare(&job, options)?;
+    print_prepared(&prepared);
 
-    // On AWS's PyTorch image the hosts start through AWS's training toolkit, from the source
-    // bundle; on hetgen's own image, with the launcher built from the rendered crate.
-    let framework = match job.sagemaker.as_ref().filter(|sm| sm.framework.is_some()) {
-        Some(sm) => {
-            let bundle =
-                write_bundle(&job, &args.spec, &args.out, &super::wheel_path(&args.wheel))?;
-            Some(FrameworkRun {
-                bundle: std::path::absolute(&bundle.archive).unwrap_or(bundle.archive),
-                hyperparameters: hetgen_render::request::hyperparameters(&job, sm),
-            })
-        }
-        None => None,
-    };
+    let stop = StopRequests::from_signals();
+    let mut console = Console::new(label_width(
+        prepared.commands.len(),
+        prepared.commands.iter().map(|c| c.host.group.as_str()),
+    ));
+    let record = prepared.run(&stop, &mut console)?;
+    console.bar.finish_and_clear();
+    print_record(&record);
+    match record.status {
+        Status::Completed => Ok(ExitCode::SUCCESS),
+        status => Err(Failure::LocalJobFailed {
+            name: record.job_name.clone(),
+            status: format!("{status:?}"),
+            reason: record.failure_reason.clone(),
+            dir: record.job_dir.clone(),
+        }),
+    }
+}
+
+/// The run the flags ask for, of the job rendered under `job_root`.
+fn run_options(args: &DeployArgs, job: &Job, job_root: &Path) -> Result<RunOptions, Failure> {
+    let local = &args.local;
+    let framework = framework_run(args, job)?;
     let launcher = match (&local.launcher, &framework) {
         (Some(path), _) => hetgen_local::launcher::check_executable(path)?,
-        (None, Some(_)) => std::path::PathBuf::new(),
-        (None, None) => build_launcher(&job_root, local.release)?,
+        (None, Some(_)) => PathBuf::new(),
+        (None, None) => build_launcher(job_root, local.release)?,
     };
     let env = local
         .env
@@ -57,12 +71,12 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     };
     let max_runtime = local
         .max_runtime
-        .or_else(|| hetgen_local::spec_max_runtime(&job));
+        .or_else(|| hetgen_local::spec_max_runtime(job));
     let job_dir = local
         .job_dir
         .clone()
-        .unwrap_or_else(|| hetgen_local::default_job_dir(&job_root, &job.name, SystemTime::now()));
-    let options = RunOptions {
+        .unwrap_or_else(|| hetgen_local::default_job_dir(job_root, &job.name, SystemTime::now()));
+    Ok(RunOptions {
         job_dir,
         launcher,
         job_file: job_root.join(hetgen_env::JOB_FILE_NAME),
@@ -76,8 +90,25 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         },
         seed: local.seed,
         framework,
+    })
+}
+
+/// On AWS's PyTorch image the hosts start through AWS's training toolkit, from the source
+/// bundle (written here); on hetgen's own image (`None`), with the launcher built from the
+/// rendered crate.
+fn framework_run(args: &DeployArgs, job: &Job) -> Result<Option<FrameworkRun>, Failure> {
+    let Some(sm) = job.sagemaker.as_ref().filter(|sm| sm.framework.is_some()) else {
+        return Ok(None);
     };
-    let prepared = hetgen_local::prepare(&job, options)?;
+    let bundle = write_bundle(job, &args.spec, &args.out, &super::wheel_path(&args.wheel))?;
+    Ok(Some(FrameworkRun {
+        bundle: std::path::absolute(&bundle.archive).unwrap_or(bundle.archive),
+        hyperparameters: hetgen_render::request::hyperparameters(job, sm),
+    }))
+}
+
+/// The run's notes, its folder and one line per host, before any host starts.
+fn print_prepared(prepared: &LocalJob) {
     for note in &prepared.notes {
         eprintln!("note: {note}");
     }
@@ -99,24 +130,6 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
             command.host.role,
             command.host.address
         );
-    }
-
-    let stop = StopRequests::from_signals();
-    let mut console = Console::new(label_width(
-        prepared.commands.len(),
-        prepared.commands.iter().map(|c| c.host.group.as_str()),
-    ));
-    let record = prepared.run(&stop, &mut console)?;
-    console.bar.finish_and_clear();
-    print_record(&record);
-    match record.status {
-        Status::Completed => Ok(ExitCode::SUCCESS),
-        status => Err(Failure::LocalJobFailed {
-            name: record.job_name.clone(),
-            status: format!("{status:?}"),
-            reason: record.failure_reason.clone(),
-            dir: record.job_dir.clone(),
-        }),
     }
 }
 
