@@ -1,5 +1,6 @@
 //! `hetgen deploy [SPEC]`: send what `hetgen render` wrote to SageMaker.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -7,6 +8,7 @@ use hetgen_deploy::logs::JobLogs;
 use hetgen_deploy::request::Request;
 use hetgen_deploy::{jobs, unique_name};
 use hetgen_env::TOKEN_VAR;
+use hetgen_spec::Job;
 
 use super::{ensure_fresh, render_spec, write_bundle};
 use crate::cli::{DeployArgs, Format};
@@ -24,23 +26,8 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     };
     // Deploy sends exactly the rendered request, so it must match the spec.
     ensure_fresh(&rendered, &args.out)?;
-    let path = args
-        .out
-        .join(&rendered.dir)
-        .join("create-training-job.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| Failure::Read {
-        path: path.clone(),
-        hint: "run `hetgen render` first".to_owned(),
-        source,
-    })?;
-    let request = Request::parse(&text)?;
-
-    let name = match &args.name {
-        Some(name) if hetgen_spec::model::is_job_name(name) => name.clone(),
-        Some(name) => return Err(Failure::BadJobName { name: name.clone() }),
-        None if job.fixed_name => request.name().to_owned(),
-        None => unique_name(request.name(), SystemTime::now()),
-    };
+    let request = read_request(&args.out.join(&rendered.dir))?;
+    let name = job_name(args, &job, &request)?;
     // A fresh token per submission, only in the request: never in a rendered file.
     let token = hetgen_env::job_token().map_err(|source| Failure::Token { source })?;
     let request = request.renamed(&name).with_environment(TOKEN_VAR, &token);
@@ -78,37 +65,71 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         if !args.wait {
             return Ok(ExitCode::SUCCESS);
         }
-        // Every host of the job, labelled as `deploy --local` labels them.
-        let width = label_width(
-            job.groups.iter().map(|g| g.count as usize).sum(),
-            job.groups.iter().map(|g| g.name.as_str()),
-        );
-        let mut view = LogView::new(Format::Human, Target::Stderr, Filter::default(), width);
-        let follow = Follow {
-            sagemaker: &client,
-            logs: (!args.no_logs).then(|| JobLogs::new(aws.logs(), &name, None)),
-            name: &name,
-            interval: args.poll_interval,
-            transitions: true,
-        };
-        let ended = follow.run(&mut view).await;
-        view.end();
-        let end = match ended? {
-            Ended::Job(end) => end,
-            Ended::Interrupted => {
-                eprintln!("{}", interrupted_note(&name));
-                return Ok(ExitCode::from(130));
-            }
-        };
-        if end.status == "Completed" {
-            eprintln!("training job `{name}` completed");
-            Ok(ExitCode::SUCCESS)
-        } else {
-            Err(Failure::JobFailed {
-                name,
-                status: end.status,
-                reason: end.failure_reason,
-            })
-        }
+        wait(args, &aws, &client, &job, name).await
     })
+}
+
+/// The request `hetgen render` wrote to `job_root`.
+fn read_request(job_root: &Path) -> Result<Request, Failure> {
+    let path = job_root.join("create-training-job.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| Failure::Read {
+        path: path.clone(),
+        hint: "run `hetgen render` first".to_owned(),
+        source,
+    })?;
+    Ok(Request::parse(&text)?)
+}
+
+/// The TrainingJobName to submit: `--name` as given, the spec's fixed name, or the rendered name
+/// with a unique suffix.
+fn job_name(args: &DeployArgs, job: &Job, request: &Request) -> Result<String, Failure> {
+    Ok(match &args.name {
+        Some(name) if hetgen_spec::model::is_job_name(name) => name.clone(),
+        Some(name) => return Err(Failure::BadJobName { name: name.clone() }),
+        None if job.fixed_name => request.name().to_owned(),
+        None => unique_name(request.name(), SystemTime::now()),
+    })
+}
+
+/// `--wait`: follows the submitted job (and its hosts' logs unless `--no-logs`) until it ends;
+/// exit 0 only if it completes, 130 when the user stops following.
+async fn wait(
+    args: &DeployArgs,
+    aws: &hetgen_deploy::Aws,
+    client: &hetgen_deploy::SageMakerClient,
+    job: &Job,
+    name: String,
+) -> Result<ExitCode, Failure> {
+    // Every host of the job, labelled as `deploy --local` labels them.
+    let width = label_width(
+        job.groups.iter().map(|g| g.count as usize).sum(),
+        job.groups.iter().map(|g| g.name.as_str()),
+    );
+    let mut view = LogView::new(Format::Human, Target::Stderr, Filter::default(), width);
+    let follow = Follow {
+        sagemaker: client,
+        logs: (!args.no_logs).then(|| JobLogs::new(aws.logs(), &name, None)),
+        name: &name,
+        interval: args.poll_interval,
+        transitions: true,
+    };
+    let ended = follow.run(&mut view).await;
+    view.end();
+    let end = match ended? {
+        Ended::Job(end) => end,
+        Ended::Interrupted => {
+            eprintln!("{}", interrupted_note(&name));
+            return Ok(ExitCode::from(130));
+        }
+    };
+    if end.status == "Completed" {
+        eprintln!("training job `{name}` completed");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(Failure::JobFailed {
+            name,
+            status: end.status,
+            reason: end.failure_reason,
+        })
+    }
 }
