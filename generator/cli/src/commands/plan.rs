@@ -275,6 +275,22 @@ fn decision_line(d: &Demand) -> String {
 }
 
 fn plan_table(plan: &Plan) -> String {
+    let mut out = groups_table(plan);
+    out.push('\n');
+    out += &sides_table(plan);
+    if let Some(r) = plan.vcpu_per_gpu {
+        out += &format!("\nvCPU:GPU ratio {r:.1}\n");
+    }
+    if let Some(d) = &plan.demand {
+        out += &demand_lines(d);
+    }
+    out += &prices_line(plan);
+    out.push('\n');
+    out
+}
+
+/// The cluster as written: one row per group, their total, and the groups the total leaves out.
+fn groups_table(plan: &Plan) -> String {
     let mut out = format!(
         "{:<16} {:<8} {:<18} {:>5} {:>7} {:>7} {:>10}\n",
         "group", "role", "instance type", "count", "vCPUs", "GPUs", "$/h"
@@ -305,25 +321,31 @@ fn plan_table(plan: &Plan) -> String {
     if !plan.unpriced.is_empty() {
         out += &format!(
             "no price is known for group(s) {}: the total leaves them out, so there is none\n",
-            plan.unpriced
-                .iter()
-                .map(|g| format!("`{g}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            quoted(&plan.unpriced)
         );
     }
     if !plan.unknown.is_empty() {
         out += &format!(
             "hetgen's catalog does not know the type of group(s) {}: their vCPUs and GPUs are not counted\n",
-            plan.unknown
-                .iter()
-                .map(|g| format!("`{g}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            quoted(&plan.unknown)
         );
     }
-    out += &format!(
-        "\n{:<16} {:>5} {:>14} {:>18}\n",
+    out
+}
+
+/// `a`, `b`: group names as the messages quote them.
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|g| format!("`{g}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where the pipeline runs: the trainer side, the data side or both, with their vCPUs and rates.
+fn sides_table(plan: &Plan) -> String {
+    let mut out = format!(
+        "{:<16} {:>5} {:>14} {:>18}\n",
         "pipeline side", "hosts", "pipeline vCPUs", "predicted samples/s"
     );
     for s in &plan.sides {
@@ -337,33 +359,32 @@ fn plan_table(plan: &Plan) -> String {
             .map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"));
         out += &format!("{side:<16} {:>5} {:>14} {rate:>18}\n", s.hosts, s.vcpus);
     }
-    if let Some(r) = plan.vcpu_per_gpu {
-        out += &format!("\nvCPU:GPU ratio {r:.1}\n");
+    out
+}
+
+/// What the pipeline needs against what the cluster has, the GPU cap, and when the cap is under
+/// 100 %, the ways to lift it and which to take.
+fn demand_lines(d: &Demand) -> String {
+    let mut out = format!(
+        "the pipeline needs {:.0} vCPUs ({} per GPU); the cluster has {:.0} for it\n",
+        d.needed_vcpus, d.cpu_per_gpu, d.available_vcpus
+    );
+    out += &format!("predicted GPU utilisation cap: {:.0}%", d.gpu_cap * 100.0);
+    if let Some(c) = d.cost_per_busy_gpu_hour {
+        out += &format!(", ${c:.3} per busy GPU-hour");
     }
-    if let Some(d) = &plan.demand {
-        out += &format!(
-            "the pipeline needs {:.0} vCPUs ({} per GPU); the cluster has {:.0} for it\n",
-            d.needed_vcpus, d.cpu_per_gpu, d.available_vcpus
-        );
-        out += &format!("predicted GPU utilisation cap: {:.0}%", d.gpu_cap * 100.0);
-        if let Some(c) = d.cost_per_busy_gpu_hour {
-            out += &format!(", ${c:.3} per busy GPU-hour");
+    out.push('\n');
+    if d.gpu_cap < 1.0 {
+        out += &options_table(d);
+        if d.unpriced_cpu_types > 0 {
+            out += &format!(
+                "({} CPU types without a known price were not tried as data groups)\n",
+                d.unpriced_cpu_types
+            );
         }
         out.push('\n');
-        if d.gpu_cap < 1.0 {
-            out += &options_table(d);
-            if d.unpriced_cpu_types > 0 {
-                out += &format!(
-                    "({} CPU types without a known price were not tried as data groups)\n",
-                    d.unpriced_cpu_types
-                );
-            }
-            out.push('\n');
-            out += &decision_line(d);
-        }
+        out += &decision_line(d);
     }
-    out += &prices_line(plan);
-    out.push('\n');
     out
 }
 
