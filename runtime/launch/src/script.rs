@@ -18,10 +18,12 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hetgen_data::client::{connect_to_job, data_hosts, resolve_blocking};
@@ -56,26 +58,7 @@ pub fn run(
     env: &Env,
     more_args: &[String],
 ) -> Result<String, BoxError> {
-    let hosts = env.resources.hosts_of(env.group());
-    let node_rank = hosts.iter().position(|h| h == env.host()).ok_or_else(|| {
-        format!(
-            "{} is not among the hosts of its group `{}` in resourceconfig.json ({hosts:?})",
-            env.host(),
-            env.group()
-        )
-    })?;
-    let port = hetgen_env::port_from_env(
-        hetgen_env::RENDEZVOUS_PORT_VAR,
-        hetgen_env::DEFAULT_RENDEZVOUS_PORT,
-    )
-    .map_err(|v| {
-        format!(
-            "{}={v:?}: expected a TCP port number from 1 to 65535",
-            hetgen_env::RENDEZVOUS_PORT_VAR
-        )
-    })?;
-    let master = resolve_blocking(&hosts[0], port, Duration::from_secs(600))
-        .map_err(|e| format!("the rendezvous host {}: {e}", hosts[0]))?;
+    let rendezvous = Rendezvous::of(env)?;
     let code_dir = std::env::var_os(hetgen_env::CODE_DIR_VAR)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(hetgen_env::DEFAULT_CODE_DIR));
@@ -88,67 +71,21 @@ pub fn run(
         )
         .into());
     }
-
-    let mut command = Command::new("torchrun");
-    command
-        .arg(format!("--nnodes={}", hosts.len()))
-        .arg(format!("--node-rank={node_rank}"))
-        .arg(format!("--nproc-per-node={}", script.processes_per_host))
-        .arg(format!("--master-addr={}", master.ip()))
-        .arg(format!("--master-port={port}"))
-        .arg(&program)
-        .args(&script.args)
-        .args(more_args)
-        .current_dir(&code_dir)
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped());
-    // What the training toolkit's torchrun runner would set; the job's environment wins.
-    for (var, value) in collective_environment(env) {
-        if std::env::var_os(var).is_none() {
-            command.env(var, value);
-        }
-    }
-    // Its own process group, which SIGTERM is passed to (torchrun then stops its workers); and
-    // should the launcher die without passing anything on, torchrun dies with it.
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    // SAFETY: one system call, async-signal-safe, touching nothing of the parent's state.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(
-            &mut command,
-            hetgen_env::process::die_with_parent,
-        );
-    }
+    let mut command = torchrun(env, script, more_args, &rendezvous, &code_dir, &program);
     tracing::info!(
-        hosts = hosts.len(),
-        node_rank,
+        hosts = rendezvous.nodes,
+        node_rank = rendezvous.node_rank,
         processes = script.processes_per_host,
-        %master,
+        master = %rendezvous.master,
         script = %program.display(),
         "starting torchrun"
     );
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
-    let group = child.id();
     let signalled = Arc::new(AtomicBool::new(false));
-    let signals = forward_signals(group, signalled.clone())?;
-
-    // The script's stderr goes on to ours as it comes; the copier keeps its last lines and
-    // hands them back when the stream ends.
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let copier = std::thread::spawn(move || {
-        let mut tail = VecDeque::with_capacity(TAIL_LINES);
-        let mut out = std::io::stderr();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = writeln!(out, "{line}");
-            if tail.len() == TAIL_LINES {
-                tail.pop_front();
-            }
-            tail.push_back(line);
-        }
-        tail
-    });
+    let signals = forward_signals(child.id(), signalled.clone())?;
+    let copier = copy_stderr(child.stderr.take().expect("stderr is piped"));
     let status = child.wait()?;
     signals.close();
     let tail = copier.join().unwrap_or_default();
@@ -171,41 +108,149 @@ pub fn run(
     if !failed {
         return Ok(format!(
             "training script finished ({} host(s) × {} process(es))",
-            hosts.len(),
-            script.processes_per_host
+            rendezvous.nodes, script.processes_per_host
         ));
     }
-    use std::os::unix::process::ExitStatusExt;
-    let (code, how) = match (status.code(), status.signal()) {
-        (Some(code), _) => (
-            code.clamp(1, 255) as u8,
-            format!("exited with status {code}"),
-        ),
-        (None, Some(signal)) => (
-            (128 + signal).clamp(1, 255) as u8,
-            format!("was killed by signal {signal}"),
-        ),
-        (None, None) => (1, "failed".to_owned()),
-    };
-    let lines: Vec<String> = tail.into_iter().collect();
-    let mut text = script_error(&lines);
-    if text.len() > TAIL_CHARS {
-        let mut cut = text.len() - TAIL_CHARS;
-        while !text.is_char_boundary(cut) {
-            cut += 1;
-        }
-        text = format!("…{}", &text[cut..]);
+    Err(Box::new(ScriptFailed::new(&script.script, status, tail)))
+}
+
+/// Where this host meets the trainer group's others.
+struct Rendezvous {
+    /// Hosts of the trainer group.
+    nodes: usize,
+    /// This host's index among them (`resourceconfig.json`'s order).
+    node_rank: usize,
+    /// The first host, resolved.
+    master: SocketAddr,
+    port: u16,
+}
+
+impl Rendezvous {
+    fn of(env: &Env) -> Result<Self, BoxError> {
+        let hosts = env.resources.hosts_of(env.group());
+        let node_rank = hosts.iter().position(|h| h == env.host()).ok_or_else(|| {
+            format!(
+                "{} is not among the hosts of its group `{}` in resourceconfig.json ({hosts:?})",
+                env.host(),
+                env.group()
+            )
+        })?;
+        let port = hetgen_env::port_from_env(
+            hetgen_env::RENDEZVOUS_PORT_VAR,
+            hetgen_env::DEFAULT_RENDEZVOUS_PORT,
+        )
+        .map_err(|v| {
+            format!(
+                "{}={v:?}: expected a TCP port number from 1 to 65535",
+                hetgen_env::RENDEZVOUS_PORT_VAR
+            )
+        })?;
+        let master = resolve_blocking(&hosts[0], port, Duration::from_secs(600))
+            .map_err(|e| format!("the rendezvous host {}: {e}", hosts[0]))?;
+        Ok(Self {
+            nodes: hosts.len(),
+            node_rank,
+            master,
+            port,
+        })
     }
-    Err(Box::new(ScriptFailed {
-        code,
-        script: script.script.clone(),
-        how,
-        tail: if text.is_empty() {
-            String::new()
-        } else {
-            format!(":\n{text}")
-        },
-    }))
+}
+
+/// `torchrun` for this host's share of `program`, run in `code_dir`, in a process group of its
+/// own that dies with the launcher; its stderr piped.
+fn torchrun(
+    env: &Env,
+    script: &ScriptTrainer,
+    more_args: &[String],
+    rendezvous: &Rendezvous,
+    code_dir: &Path,
+    program: &Path,
+) -> Command {
+    let mut command = Command::new("torchrun");
+    command
+        .arg(format!("--nnodes={}", rendezvous.nodes))
+        .arg(format!("--node-rank={}", rendezvous.node_rank))
+        .arg(format!("--nproc-per-node={}", script.processes_per_host))
+        .arg(format!("--master-addr={}", rendezvous.master.ip()))
+        .arg(format!("--master-port={}", rendezvous.port))
+        .arg(program)
+        .args(&script.args)
+        .args(more_args)
+        .current_dir(code_dir)
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    // What the training toolkit's torchrun runner would set; the job's environment wins.
+    for (var, value) in collective_environment(env) {
+        if std::env::var_os(var).is_none() {
+            command.env(var, value);
+        }
+    }
+    // Its own process group, which SIGTERM is passed to (torchrun then stops its workers); and
+    // should the launcher die without passing anything on, torchrun dies with it.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    // SAFETY: one system call, async-signal-safe, touching nothing of the parent's state.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(
+            &mut command,
+            hetgen_env::process::die_with_parent,
+        );
+    }
+    command
+}
+
+/// The script's stderr goes on to ours as it comes; the copier keeps its last lines and hands
+/// them back when the stream ends.
+fn copy_stderr(stderr: ChildStderr) -> JoinHandle<VecDeque<String>> {
+    std::thread::spawn(move || {
+        let mut tail = VecDeque::with_capacity(TAIL_LINES);
+        let mut out = std::io::stderr();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(out, "{line}");
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+        }
+        tail
+    })
+}
+
+impl ScriptFailed {
+    /// `script` ended with `status` (not a success), having last printed `tail`.
+    fn new(script: &str, status: ExitStatus, tail: VecDeque<String>) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        let (code, how) = match (status.code(), status.signal()) {
+            (Some(code), _) => (
+                code.clamp(1, 255) as u8,
+                format!("exited with status {code}"),
+            ),
+            (None, Some(signal)) => (
+                (128 + signal).clamp(1, 255) as u8,
+                format!("was killed by signal {signal}"),
+            ),
+            (None, None) => (1, "failed".to_owned()),
+        };
+        let lines: Vec<String> = tail.into_iter().collect();
+        let mut text = script_error(&lines);
+        if text.len() > TAIL_CHARS {
+            let mut cut = text.len() - TAIL_CHARS;
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            text = format!("…{}", &text[cut..]);
+        }
+        Self {
+            code,
+            script: script.to_owned(),
+            how,
+            tail: if text.is_empty() {
+                String::new()
+            } else {
+                format!(":\n{text}")
+            },
+        }
+    }
 }
 
 /// What the failure reason shows of the script's stderr: its own error, the last Python
