@@ -33,98 +33,142 @@ pub fn run(
     };
     let input = hetgen_data::input::decide(job, Some(env), &asked)
         .map_err(|e| format!("--input remote: {e}"))?;
-    let paths = Paths {
-        model_dir: env.paths.model_dir(),
-        checkpoint_dir: env.paths.checkpoint_dir(),
-        output_data_dir: env.paths.output_data_dir(),
-    };
-    let options = Options {
-        device: args.device,
-    };
-    // `--input-only` takes the same batches from the same input and drops them.
-    let run = |open: &mut dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError>| {
-        if args.input_only {
-            hetgen_trainer::drain(job, open)
-        } else {
-            hetgen_trainer::train(job, &paths, &options, open)
-        }
-    };
-    let epochs = match trainer.length {
-        Length::Epochs(n) => Some(n),
-        Length::Steps(_) => None,
-    };
-    let config = |samples_per_epoch| InputConfig {
-        seed: job.seed,
-        samples_per_epoch,
-        shard_size: job.pipeline.shard_size,
-        batch_size: job.pipeline.batch_size,
-        epochs,
-        rank: 0,
-        world: 1,
-        deterministic: trainer.deterministic,
-    };
+    let training = Training::new(job, trainer, env, args);
     match input.mode {
-        Mode::Local => {
-            let engine = Arc::new(Engine::new(
-                job,
-                stages,
-                &env.channel_dirs,
-                Some(input.threads),
-            )?);
-            tracing::info!(
-                threads = engine.threads(),
-                "input: the pipeline on this instance's own cores"
-            );
-            let config = config(engine.samples_per_epoch());
-            let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
-                let stream = LocalInput::new(engine.clone(), config.clone(), start);
-                Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
-            };
-            let result = run(&mut open).map(|mut s| {
-                s.local_threads = engine.threads() as u32;
-                s
-            });
-            let result = result.and_then(|s| record(s, &paths));
-            if !data_hosts(job, env).is_empty() {
-                // `--input local` on a heterogeneous job: its data hosts served nothing, but they
-                // must still end with the trainer rather than by their watchdog.
-                shutdown_unused(job, env, &result);
-            }
-            Ok(result?)
-        }
-        Mode::Remote => {
-            let client = connect_to_job(job, env, trainer_id(env, 0), None, |_| {})?;
-            let client = match input.threads {
-                0 => {
-                    tracing::info!("input: the data servers");
-                    client
-                }
-                threads => {
-                    tracing::info!(
-                        threads,
-                        "input: the data servers and this host's own pipeline (hybrid)"
-                    );
-                    let engine = Engine::new(job, stages, &env.channel_dirs, Some(threads))?;
-                    client.with_local(Arc::new(engine))?
-                }
-            };
-            let config = config(client.samples_per_epoch());
-            let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
-                let stream = client.stream(config.clone(), start);
-                Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
-            };
-            let result = run(&mut open).map(|mut s| {
-                s.batches_by_source = client.batches_by_source();
-                s.local_threads = client.local_threads() as u32;
-                s.backup_shards = client.backup_shards();
-                s.duplicate_batches = client.duplicate_batches();
-                s
-            });
-            let result = result.and_then(|s| record(s, &paths));
-            shutdown(&client, &result);
-            Ok(result?)
+        Mode::Local => local(&training, env, stages, input.threads),
+        Mode::Remote => remote(&training, env, stages, input.threads),
+    }
+}
+
+/// Opens a stream of this job's batches, from the start or after a position.
+type Open<'a> = dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxError> + 'a;
+
+/// What training (or `--input-only`'s draining) takes besides its input.
+struct Training<'a> {
+    job: &'a Job,
+    paths: Paths,
+    options: Options,
+    input_only: bool,
+    epochs: Option<u32>,
+    deterministic: bool,
+}
+
+impl<'a> Training<'a> {
+    fn new(job: &'a Job, trainer: &BuiltinTrainer, env: &Env, args: &Args) -> Self {
+        Self {
+            job,
+            paths: Paths {
+                model_dir: env.paths.model_dir(),
+                checkpoint_dir: env.paths.checkpoint_dir(),
+                output_data_dir: env.paths.output_data_dir(),
+            },
+            options: Options {
+                device: args.device,
+            },
+            input_only: args.input_only,
+            epochs: match trainer.length {
+                Length::Epochs(n) => Some(n),
+                Length::Steps(_) => None,
+            },
+            deterministic: trainer.deterministic,
         }
     }
+
+    /// Train on the batches `open` streams; `--input-only` takes the same batches from the same
+    /// input and drops them.
+    fn run(&self, open: &mut Open<'_>) -> Result<Summary, hetgen_trainer::TrainError> {
+        if self.input_only {
+            hetgen_trainer::drain(self.job, open)
+        } else {
+            hetgen_trainer::train(self.job, &self.paths, &self.options, open)
+        }
+    }
+
+    /// The one rank's input configuration, for a source of `samples_per_epoch`.
+    fn config(&self, samples_per_epoch: u64) -> InputConfig {
+        InputConfig {
+            seed: self.job.seed,
+            samples_per_epoch,
+            shard_size: self.job.pipeline.shard_size,
+            batch_size: self.job.pipeline.batch_size,
+            epochs: self.epochs,
+            rank: 0,
+            world: 1,
+            deterministic: self.deterministic,
+        }
+    }
+}
+
+/// Train on the pipeline on this instance's own cores (`threads` workers).
+fn local(
+    training: &Training<'_>,
+    env: &Env,
+    stages: &StageRegistry,
+    threads: usize,
+) -> Result<Summary, BoxError> {
+    let job = training.job;
+    let engine = Arc::new(Engine::new(job, stages, &env.channel_dirs, Some(threads))?);
+    tracing::info!(
+        threads = engine.threads(),
+        "input: the pipeline on this instance's own cores"
+    );
+    let config = training.config(engine.samples_per_epoch());
+    let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
+        let stream = LocalInput::new(engine.clone(), config.clone(), start);
+        Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
+    };
+    let result = training.run(&mut open).map(|mut s| {
+        s.local_threads = engine.threads() as u32;
+        s
+    });
+    let result = result.and_then(|s| record(s, &training.paths));
+    if !data_hosts(job, env).is_empty() {
+        // `--input local` on a heterogeneous job: its data hosts served nothing, but they
+        // must still end with the trainer rather than by their watchdog.
+        shutdown_unused(job, env, &result);
+    }
+    Ok(result?)
+}
+
+/// Train on the job's data servers, with this host's own pipeline beside them when `threads`
+/// is not 0 (hybrid), and stop the servers after.
+fn remote(
+    training: &Training<'_>,
+    env: &Env,
+    stages: &StageRegistry,
+    threads: usize,
+) -> Result<Summary, BoxError> {
+    let job = training.job;
+    let client = connect_to_job(job, env, trainer_id(env, 0), None, |_| {})?;
+    let client = match threads {
+        0 => {
+            tracing::info!("input: the data servers");
+            client
+        }
+        threads => {
+            tracing::info!(
+                threads,
+                "input: the data servers and this host's own pipeline (hybrid)"
+            );
+            let engine = Engine::new(job, stages, &env.channel_dirs, Some(threads))?;
+            client.with_local(Arc::new(engine))?
+        }
+    };
+    let config = training.config(client.samples_per_epoch());
+    let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
+        let stream = client.stream(config.clone(), start);
+        Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
+    };
+    let result = training.run(&mut open).map(|mut s| {
+        s.batches_by_source = client.batches_by_source();
+        s.local_threads = client.local_threads() as u32;
+        s.backup_shards = client.backup_shards();
+        s.duplicate_batches = client.duplicate_batches();
+        s
+    });
+    let result = result.and_then(|s| record(s, &training.paths));
+    shutdown(&client, &result);
+    Ok(result?)
 }
 
 /// Reports the run, with where its batches came from: the one summary file and log line.
