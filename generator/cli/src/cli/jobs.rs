@@ -1,0 +1,37 @@
+//! The arguments of `hetgen status`, `stop` and `list`: SageMaker's jobs by name.
+
+use clap::Args;
+
+use super::value;
+use super::{AwsArgs, Format};
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The training job's name
+    pub job: String,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The training job's name
+    pub job: String,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// How many recent jobs to look at
+    #[arg(long, value_name = "N", default_value = "50", value_parser = value::whole::<i32>(1, 100))]
+    pub max: i32,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    #[command(flatten)]
+    pub aws: AwsArgs,
+}
