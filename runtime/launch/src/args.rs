@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
+use hetgen_data::input::Mode;
 use hetgen_spec::model::Device;
 use lexopt::Arg::{Long, Short, Value};
 
@@ -25,20 +26,11 @@ flags steer the built-in trainer; a script-mode trainer refuses them.
                          (on AWS's image, the job's hyperparameters); data hosts ignore them
 ";
 
-/// Where the trainer's batches come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputChoice {
-    /// The pipeline in-process, on the trainer's cores.
-    Local,
-    /// The data servers.
-    Remote,
-}
-
 /// Parsed command line.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Args {
     /// `--input`.
-    pub input: Option<InputChoice>,
+    pub input: Option<Mode>,
     /// `--device`.
     pub device: Option<Device>,
     /// `--input-only`.
@@ -80,8 +72,8 @@ impl Args {
             match arg {
                 Long("input") => {
                     parsed.input = Some(match value(&mut parser)?.as_str() {
-                        "local" => InputChoice::Local,
-                        "remote" => InputChoice::Remote,
+                        "local" => Mode::Local,
+                        "remote" => Mode::Remote,
                         v => return Err(format!("--input {v}: expected `local` or `remote`")),
                     })
                 }
@@ -165,7 +157,7 @@ mod tests {
         .unwrap();
         assert!(args.input_only);
         assert!(!parse(&["train"]).unwrap().unwrap().input_only);
-        assert_eq!(args.input, Some(InputChoice::Local));
+        assert_eq!(args.input, Some(Mode::Local));
         assert_eq!(args.device, Some(Device::Cpu));
         assert_eq!(args.job_file, Some(PathBuf::from("j.json")));
         assert_eq!(parse(&["--help"]), Ok(None));
@@ -224,7 +216,7 @@ mod tests {
         let args = parse(&["train", "--input=remote", "--job", "--"])
             .unwrap()
             .unwrap();
-        assert_eq!(args.input, Some(InputChoice::Remote));
+        assert_eq!(args.input, Some(Mode::Remote));
         assert_eq!(args.job_file, Some(PathBuf::from("--")));
         assert!(args.script_args.is_empty());
     }

@@ -22,7 +22,7 @@ pub mod trainer;
 
 use std::process::ExitCode;
 
-pub use args::{Args, InputChoice};
+pub use args::Args;
 pub use hetgen_pipeline::{BoxError, Image, Params, SampleRng, Stage, StageRegistry};
 use hetgen_spec::model::{BuiltinTrainer, Job, Role, Trainer};
 

@@ -13,7 +13,7 @@ use hetgen_pipeline::{
 use hetgen_spec::model::{BuiltinTrainer, Job, Length};
 use hetgen_trainer::{Options, Paths, Summary};
 
-use crate::{Args, InputChoice};
+use crate::Args;
 
 /// Train this job on this instance.
 pub fn run(
@@ -24,10 +24,7 @@ pub fn run(
     args: &Args,
 ) -> Result<Summary, BoxError> {
     let asked = Asked {
-        mode: args.input.map(|choice| match choice {
-            InputChoice::Remote => Mode::Remote,
-            InputChoice::Local => Mode::Local,
-        }),
+        mode: args.input,
         local_ranks: 1,
         ..Asked::default()
     };
