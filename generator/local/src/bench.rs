@@ -67,8 +67,8 @@ pub struct Runs {
     pub caller_env: BTreeMap<String, String>,
 }
 
-/// One configuration's run, as measured.
-#[derive(Debug, Clone)]
+/// One configuration's run, as measured (`bench.json` has it with its price).
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Measurement {
     /// [`Configuration::name`].
     pub configuration: &'static str,

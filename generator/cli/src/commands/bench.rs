@@ -11,7 +11,7 @@
 //! comparison of where preprocessing runs, because a real model step would share the trainer
 //! host's cores with its own pipeline, which a GPU host's model does not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use hetgen_local::bench::{BenchError, Configuration, Measurement, Runs, Setup};
@@ -22,20 +22,13 @@ use super::{build_launcher, ensure_fresh, render_spec};
 use crate::cli::{BenchArgs, Format};
 use crate::exit::Failure;
 
-/// One configuration's result.
+/// One configuration's result: its measurement, priced.
 #[derive(Debug, Serialize)]
 pub struct Config {
-    pub configuration: String,
-    pub instances: u32,
+    #[serde(flatten)]
+    pub measured: Measurement,
     pub price_per_hour: f64,
-    pub mean_step_ms: f64,
     pub cost_per_step: f64,
-    pub stall_fraction: f64,
-    pub samples_per_s: f64,
-    pub steps: u64,
-    pub trainer_cores: Vec<usize>,
-    pub data_cores: Vec<usize>,
-    pub job_dir: PathBuf,
 }
 
 /// `bench.json`.
@@ -67,17 +60,9 @@ impl Config {
     /// `measured` at the cluster's price per hour.
     fn priced(measured: Measurement, price_per_hour: f64) -> Config {
         Config {
-            configuration: measured.configuration.to_owned(),
-            instances: measured.instances,
-            price_per_hour,
-            mean_step_ms: measured.mean_step_ms,
             cost_per_step: hetgen_plan::cost_per_step(price_per_hour, measured.mean_step_ms),
-            stall_fraction: measured.stall_fraction,
-            samples_per_s: measured.samples_per_s,
-            steps: measured.steps,
-            trainer_cores: measured.trainer_cores,
-            data_cores: measured.data_cores,
-            job_dir: measured.job_dir,
+            price_per_hour,
+            measured,
         }
     }
 }
@@ -91,11 +76,11 @@ impl Bench {
             steps: setup.steps,
             input_only: setup.input_only,
             improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
-            speedup: homogeneous.mean_step_ms / heterogeneous.mean_step_ms,
+            speedup: homogeneous.measured.mean_step_ms / heterogeneous.measured.mean_step_ms,
             hybrid_improvement: 1.0 - hybrid.cost_per_step / homogeneous.cost_per_step,
-            hybrid_speedup: homogeneous.mean_step_ms / hybrid.mean_step_ms,
-            hybrid_ratio: hybrid.samples_per_s
-                / (homogeneous.samples_per_s + heterogeneous.samples_per_s),
+            hybrid_speedup: homogeneous.measured.mean_step_ms / hybrid.measured.mean_step_ms,
+            hybrid_ratio: hybrid.measured.samples_per_s
+                / (homogeneous.measured.samples_per_s + heterogeneous.measured.samples_per_s),
             homogeneous,
             heterogeneous,
             hybrid,
@@ -239,14 +224,14 @@ fn table(b: &Bench) -> String {
     ] {
         out += &format!(
             "{:<14} {:>9} {:>9.3} {:>14.2} {:>10.0} {:>16.3e} {:>11.1}% {:>6.1}%\n",
-            c.configuration,
-            c.instances,
+            c.measured.configuration,
+            c.measured.instances,
             c.price_per_hour,
-            c.mean_step_ms,
-            c.samples_per_s,
+            c.measured.mean_step_ms,
+            c.measured.samples_per_s,
             c.cost_per_step,
             improvement * 100.0,
-            c.stall_fraction * 100.0
+            c.measured.stall_fraction * 100.0
         );
     }
     out + &format!(
@@ -276,15 +261,18 @@ fn chart(b: &Bench) -> String {
         let series: [(&str, Vec<f64>); 3] = [
             (
                 "mean step time (ms)",
-                configs.iter().map(|c| c.mean_step_ms).collect(),
+                configs.iter().map(|c| c.measured.mean_step_ms).collect(),
             ),
             (
                 "samples/s",
-                configs.iter().map(|c| c.samples_per_s).collect(),
+                configs.iter().map(|c| c.measured.samples_per_s).collect(),
             ),
             (
                 "stall (% of step time)",
-                configs.iter().map(|c| c.stall_fraction * 100.0).collect(),
+                configs
+                    .iter()
+                    .map(|c| c.measured.stall_fraction * 100.0)
+                    .collect(),
             ),
         ];
         for (panel, (title, values)) in panels.iter().zip(series) {
