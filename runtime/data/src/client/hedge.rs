@@ -34,7 +34,7 @@ pub(super) const SHARE: f64 = 0.1;
 const WEIGHT: f64 = 0.2;
 
 /// The pace of each source: the moving average of the gaps between a shard's batches.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Pace {
     gaps: Vec<Option<f64>>,
 }

@@ -537,6 +537,10 @@ impl Scheduler {
                 slot.behind = None;
             }
         }
+        // Outside the epoch's tail only deterministic order has a shard in the way.
+        if !tail && !self.input.deterministic {
+            return;
+        }
         let counted = |i: usize| self.slots[i].alive && self.slots[i].behind.is_none();
         let Some(patience) = self.pace.patience(counted) else {
             return;
@@ -544,8 +548,7 @@ impl Scheduler {
         let now = Instant::now();
         for next in 0..shards.len() {
             let state = &shards[next];
-            let in_the_way = tail || (self.input.deterministic && next == cursor);
-            if !in_the_way
+            if !(tail || next == cursor)
                 || state.copies.len() != 1
                 || state.received == state.total
                 || now - state.last_progress < patience
