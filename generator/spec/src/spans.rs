@@ -47,6 +47,15 @@ impl KeyPath {
         segs.push(seg.into());
         KeyPath(segs)
     }
+
+    /// The entry the path ends at as a message names it: its key in backticks, "`batch_size`"
+    /// (the whole path where it ends at an array element).
+    pub fn name(&self) -> String {
+        match self.0.last() {
+            Some(Seg::Key(key)) => format!("`{key}`"),
+            _ => format!("`{self}`"),
+        }
+    }
 }
 
 /// Builds a [`KeyPath`] from keys and indices: `path!["instance_group", 1, "count"]`.

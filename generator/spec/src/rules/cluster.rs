@@ -65,7 +65,6 @@ fn group<'a>(
         &at.at("count"),
         count,
         (1, 10_000),
-        "`count`",
     );
 
     let entry = catalog.get(&g.instance_type);

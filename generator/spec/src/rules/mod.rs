@@ -92,19 +92,19 @@ fn job_name(ctx: &mut Ctx<'_>, name: &str, fixed: bool) {
     }
 }
 
-/// Checks `min <= value <= max` for an integer the user wrote; reports and returns `None`
-/// otherwise.
+/// Checks `min <= value <= max` for an integer the user wrote at `at` (messages name it by its
+/// key); reports and returns `None` otherwise.
 pub(crate) fn int_in(
     ctx: &mut Ctx<'_>,
     code: &'static str,
     at: &KeyPath,
     value: i64,
     (min, max): (i64, i64),
-    what: &str,
 ) -> Option<i64> {
     if (min..=max).contains(&value) {
         return Some(value);
     }
+    let what = at.name();
     let (label, help) = if value < min {
         ("too small", format!("{what} must be at least {min}"))
     } else {

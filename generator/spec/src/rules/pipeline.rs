@@ -29,7 +29,6 @@ pub(super) fn pipeline(
         &path!["pipeline", "batch_size"],
         p.batch_size,
         (1, 1 << 20),
-        "`batch_size`",
     );
     let shard = p.shard_size.map(|s| {
         int_in(
@@ -38,7 +37,6 @@ pub(super) fn pipeline(
             &path!["pipeline", "shard_size"],
             s,
             (1, 1 << 24),
-            "`shard_size`",
         )
     });
     let threads = p.threads.map(|t| {
@@ -48,7 +46,6 @@ pub(super) fn pipeline(
             &path!["pipeline", "threads"],
             t,
             (1, 1024),
-            "`threads`",
         )
     });
     let trainer_cpus = trainer_cpus(ctx, p);
@@ -89,7 +86,6 @@ fn trainer_cpus(ctx: &mut Ctx<'_>, p: &crate::raw::RawPipeline) -> Option<Traine
             &path!["pipeline", "reserve_vcpus"],
             r,
             (0, 100_000),
-            "`reserve_vcpus`",
         )
     });
     let threads = p.trainer_threads.map(|t| {
@@ -99,7 +95,6 @@ fn trainer_cpus(ctx: &mut Ctx<'_>, p: &crate::raw::RawPipeline) -> Option<Traine
             &path!["pipeline", "trainer_threads"],
             t,
             (0, 1024),
-            "`trainer_threads`",
         )
     });
     match (reserve, threads) {
@@ -167,7 +162,6 @@ fn source(
                 &at.at("classes"),
                 classes.unwrap_or(10),
                 (1, 1 << 20),
-                "`classes`",
             );
             let samples = int_in(
                 ctx,
@@ -175,7 +169,6 @@ fn source(
                 &at.at("samples"),
                 samples.unwrap_or(1024),
                 (1, 1 << 40),
-                "`samples`",
             );
             Some(Source::Synthetic {
                 shape: [

@@ -60,7 +60,6 @@ pub(super) fn sagemaker(
         &at.at("volume_gb"),
         sm.volume_gb.unwrap_or(30),
         (1, 16_384),
-        "`volume_gb`",
     );
     let max_runtime = duration(
         ctx,

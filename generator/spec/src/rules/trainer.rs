@@ -148,7 +148,6 @@ fn builtin(
             &at.at("checkpoint_every"),
             c,
             (1, i64::MAX),
-            "`checkpoint_every`",
         )
     });
     let log_every = int_in(
@@ -157,7 +156,6 @@ fn builtin(
         &at.at("log_every"),
         t.log_every.unwrap_or(10),
         (1, i64::MAX),
-        "`log_every`",
     );
 
     Some(BuiltinTrainer {
@@ -207,7 +205,6 @@ fn length(ctx: &mut Ctx<'_>, t: &RawTrainer) -> Option<Length> {
             &at.at("steps"),
             s,
             (1, i64::MAX),
-            "`steps`",
         )
         .map(|s| Length::Steps(s as u64)),
         (None, Some(e)) => int_in(
@@ -216,7 +213,6 @@ fn length(ctx: &mut Ctx<'_>, t: &RawTrainer) -> Option<Length> {
             &at.at("epochs"),
             e,
             (1, 1_000_000),
-            "`epochs`",
         )
         .map(|e| Length::Epochs(e as u32)),
     }
@@ -236,7 +232,6 @@ fn num_classes(ctx: &mut Ctx<'_>, t: &RawTrainer, pipeline: Option<&Pipeline>) -
         t.num_classes
             .unwrap_or(synthetic_classes.map_or(10, i64::from)),
         (1, 1 << 20),
-        "`num_classes`",
     );
     if let (Some(n), Some(classes)) = (num_classes, synthetic_classes)
         && (n as u32) < classes
@@ -390,7 +385,6 @@ fn schedule(ctx: &mut Ctx<'_>, raw: &RawSpec, lr: f64) -> Option<Schedule> {
         &at.at("warmup_steps"),
         s.warmup_steps.unwrap_or(0),
         (0, i64::MAX),
-        "`warmup_steps`",
     );
     let step_size = match (s.name, s.step_size) {
         (ScheduleName::Step, None) => {
@@ -409,7 +403,6 @@ fn schedule(ctx: &mut Ctx<'_>, raw: &RawSpec, lr: f64) -> Option<Schedule> {
             &at.at("step_size"),
             n,
             (1, i64::MAX),
-            "`step_size`",
         )
         .map(Some),
         (_, None) => Some(None),

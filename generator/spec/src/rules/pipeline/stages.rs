@@ -182,14 +182,12 @@ impl Flow {
             &at.at("scale"),
             scale.unwrap_or([0.08, 1.0]),
             (f64::MIN_POSITIVE, 1.0),
-            "`scale`",
         )?;
         let ratio = range(
             ctx,
             &at.at("ratio"),
             ratio.unwrap_or([0.75, 4.0 / 3.0]),
             (f64::MIN_POSITIVE, 100.0),
-            "`ratio`",
         )?;
         Some(Stage::RandomResizedCrop { size, scale, ratio })
     }
@@ -203,24 +201,9 @@ impl Flow {
         contrast: Option<f64>,
         saturation: Option<f64>,
     ) -> Option<Stage> {
-        let b = strength(
-            ctx,
-            &at.at("brightness"),
-            brightness.unwrap_or(0.0),
-            "`brightness`",
-        );
-        let c = strength(
-            ctx,
-            &at.at("contrast"),
-            contrast.unwrap_or(0.0),
-            "`contrast`",
-        );
-        let s = strength(
-            ctx,
-            &at.at("saturation"),
-            saturation.unwrap_or(0.0),
-            "`saturation`",
-        );
+        let b = strength(ctx, &at.at("brightness"), brightness.unwrap_or(0.0));
+        let c = strength(ctx, &at.at("contrast"), contrast.unwrap_or(0.0));
+        let s = strength(ctx, &at.at("saturation"), saturation.unwrap_or(0.0));
         if saturation.is_some_and(|s| s > 0.0) && self.channels == 1 {
             ctx.error(
                 "hetgen::spec::saturation-gray",
@@ -363,7 +346,6 @@ fn gaussian_blur(
         &at.at("sigma"),
         sigma.unwrap_or([0.1, 2.0]),
         (f64::MIN_POSITIVE, 1000.0),
-        "`sigma`",
     )?;
     Some(Stage::GaussianBlur {
         kernel: kernel as u32,
@@ -386,14 +368,12 @@ fn random_erasing(
         &at.at("scale"),
         scale.unwrap_or([0.02, 0.33]),
         (f64::MIN_POSITIVE, 1.0),
-        "`scale`",
     );
     let ratio = range(
         ctx,
         &at.at("ratio"),
         ratio.unwrap_or([0.3, 3.3]),
         (f64::MIN_POSITIVE, 100.0),
-        "`ratio`",
     );
     let value = int_in(
         ctx,
@@ -401,7 +381,6 @@ fn random_erasing(
         &at.at("value"),
         value.unwrap_or(0),
         (0, 255),
-        "`value`",
     );
     Some(Stage::RandomErasing {
         p: p?,
@@ -468,14 +447,14 @@ fn probability(ctx: &mut Ctx<'_>, at: &KeyPath, p: f64) -> Option<f64> {
     .then_some(p)
 }
 
-fn strength(ctx: &mut Ctx<'_>, at: &KeyPath, x: f64, what: &str) -> Option<f64> {
+fn strength(ctx: &mut Ctx<'_>, at: &KeyPath, x: f64) -> Option<f64> {
     float_in(
         ctx,
         "hetgen::spec::jitter-strength",
         at,
         x,
         (0.0, 1.0),
-        what,
+        &at.name(),
     )
     .then_some(x)
 }
@@ -486,8 +465,8 @@ fn range(
     at: &KeyPath,
     [min, max]: [f64; 2],
     (lo, hi): (f64, f64),
-    what: &str,
 ) -> Option<[f64; 2]> {
+    let what = at.name();
     if !(lo..=hi).contains(&min) || !(lo..=hi).contains(&max) {
         ctx.error(
             "hetgen::spec::stage-range",

@@ -108,7 +108,6 @@ fn processes_per_host(ctx: &mut Ctx<'_>, t: &RawTrainer, groups: &[Group]) -> Op
             &path!["trainer", "processes_per_host"],
             n,
             (1, 1024),
-            "`processes_per_host`",
         )
         .map(|n| n as u32),
         ProcessesPerHost::Gpus(PerGpu::Gpu) => match trainer.map(|g| (g, g.gpus)) {
