@@ -386,8 +386,9 @@ pub fn normalize(image: &Image, mean: &[f64], std: &[f64]) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    fn numbered(h: u32, w: u32, c: u32) -> Image {
-        let data = (0..h * w * c).map(|i| (i % 251) as u8).collect();
+    /// An `h`×`w`×`c` image of `data`.
+    fn image_of(h: u32, w: u32, c: u32, data: Vec<u8>) -> Image {
+        assert_eq!(data.len(), (h * w * c) as usize, "a test image's size");
         Image {
             height: h,
             width: w,
@@ -396,14 +397,13 @@ mod tests {
         }
     }
 
+    fn numbered(h: u32, w: u32, c: u32) -> Image {
+        image_of(h, w, c, (0..h * w * c).map(|i| (i % 251) as u8).collect())
+    }
+
     #[test]
     fn normalize_is_chw_and_matches_the_formula() {
-        let image = Image {
-            height: 1,
-            width: 2,
-            channels: 3,
-            data: vec![0, 51, 255, 255, 102, 0],
-        };
+        let image = image_of(1, 2, 3, vec![0, 51, 255, 255, 102, 0]);
         let out = normalize(&image, &[0.5, 0.5, 0.5], &[0.5, 0.25, 0.5]);
         let want = [-1.0, 1.0, (0.2 - 0.5) / 0.25, (0.4 - 0.5) / 0.25, 1.0, -1.0];
         for (a, b) in out.iter().zip(want) {
@@ -413,20 +413,10 @@ mod tests {
 
     #[test]
     fn flip_mirrors_rows() {
-        let mut image = Image {
-            height: 2,
-            width: 3,
-            channels: 1,
-            data: vec![1, 2, 3, 4, 5, 6],
-        };
+        let mut image = image_of(2, 3, 1, vec![1, 2, 3, 4, 5, 6]);
         flip(&mut image);
         assert_eq!(image.data, vec![3, 2, 1, 6, 5, 4]);
-        let mut rgb = Image {
-            height: 1,
-            width: 2,
-            channels: 3,
-            data: vec![1, 2, 3, 4, 5, 6],
-        };
+        let mut rgb = image_of(1, 2, 3, vec![1, 2, 3, 4, 5, 6]);
         flip(&mut rgb);
         assert_eq!(rgb.data, vec![4, 5, 6, 1, 2, 3]);
     }
@@ -437,26 +427,13 @@ mod tests {
         let crop = center_crop(&image, [3, 3]);
         // top = round(1.0) = 1, left = round(1.5) = 2 (half away from zero)
         assert_eq!(crop.data, vec![8, 9, 10, 14, 15, 16, 20, 21, 22]);
-        let padded = center_crop(
-            &Image {
-                height: 1,
-                width: 1,
-                channels: 1,
-                data: vec![7],
-            },
-            [3, 3],
-        );
+        let padded = center_crop(&image_of(1, 1, 1, vec![7]), [3, 3]);
         assert_eq!(padded.data, vec![0, 0, 0, 0, 7, 0, 0, 0, 0]);
     }
 
     #[test]
     fn resize_of_a_constant_image_is_constant() {
-        let image = Image {
-            height: 10,
-            width: 20,
-            channels: 3,
-            data: vec![77; 600],
-        };
+        let image = image_of(10, 20, 3, vec![77; 600]);
         let small = resize(&image, [4, 7]).unwrap();
         assert_eq!(small.shape(), [4, 7, 3]);
         assert!(small.data.iter().all(|v| *v == 77));
@@ -556,12 +533,7 @@ mod tests {
 
     #[test]
     fn blur_keeps_a_constant_image_and_smooths_an_impulse() {
-        let flat = Image {
-            height: 6,
-            width: 6,
-            channels: 1,
-            data: vec![90; 36],
-        };
+        let flat = image_of(6, 6, 1, vec![90; 36]);
         let mut rng = SampleRng::new(0, 0, 0);
         assert_eq!(gaussian_blur(&flat, 5, [1.0, 1.0], &mut rng), flat);
         let mut impulse = Image::zeros(5, 5, 1);

@@ -13,17 +13,25 @@ use hetgen_spec::model::Job;
 use proptest::prelude::*;
 
 /// The `pipeline-test` fixture job reading `source` in batches of `batch`, through `stages`
-/// (`[[pipeline.stage]]` tables).
+/// (a TOML array of stage tables, one a line as a spec writes them; `[]` for none).
 fn job(source: &str, batch: u32, stages: &str) -> Job {
     hetgen_fixtures::spec("pipeline-test")
         .set_toml("pipeline.source", source)
         .set("pipeline.batch_size", batch)
-        .merge(stages)
+        .set_toml("pipeline.stage", stages)
         .job()
 }
 
 fn engine(job: &Job, channels: &BTreeMap<String, PathBuf>, threads: usize) -> Engine {
     Engine::new(job, &StageRegistry::builtin(), channels, Some(threads)).unwrap()
+}
+
+/// An engine over `format` files (`image-folder`, `tar-shards`) in `dir`, the job's channel
+/// `train`.
+fn files_engine(format: &str, dir: &Path, batch: u32, stages: &str, threads: usize) -> Engine {
+    let channels = BTreeMap::from([("train".to_owned(), dir.to_owned())]);
+    let source = format!(r#"{{ format = "{format}", channel = "train" }}"#);
+    engine(&job(&source, batch, stages), &channels, threads)
 }
 
 fn shard(engine: &Engine, epoch: u32, ids: &[u64], batch: u32) -> Vec<Batch> {
@@ -67,29 +75,17 @@ fn image_folder(root: &Path) {
     }
 }
 
-const DECODE_RESIZE: &str = r#"
-[[pipeline.stage]]
-op = "decode"
-[[pipeline.stage]]
-op = "resize"
-size = [8, 8]
-[[pipeline.stage]]
-op = "normalize"
-mean = [0.5, 0.5, 0.5]
-std = [0.5, 0.5, 0.5]
-"#;
+const DECODE_RESIZE: &str = r#"[
+    { op = "decode" },
+    { op = "resize", size = [8, 8] },
+    { op = "normalize", mean = [0.5, 0.5, 0.5], std = [0.5, 0.5, 0.5] },
+]"#;
 
 #[test]
 fn image_folder_labels_are_sorted_class_indices() {
     let dir = tempfile::tempdir().unwrap();
     image_folder(dir.path());
-    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
-    let job = job(
-        r#"{ format = "image-folder", channel = "train" }"#,
-        5,
-        DECODE_RESIZE,
-    );
-    let engine = engine(&job, &channels, 2);
+    let engine = files_engine("image-folder", dir.path(), 5, DECODE_RESIZE, 2);
     assert_eq!(engine.samples_per_epoch(), 12);
     let ids: Vec<u64> = (0..12).collect();
     let batches = shard(&engine, 0, &ids, 5);
@@ -130,13 +126,7 @@ fn tar_shards_pair_images_with_their_cls_members() {
     }
     builder.finish().unwrap();
     drop(builder);
-    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
-    let job = job(
-        r#"{ format = "tar-shards", channel = "train" }"#,
-        3,
-        DECODE_RESIZE,
-    );
-    let engine = engine(&job, &channels, 1);
+    let engine = files_engine("tar-shards", dir.path(), 3, DECODE_RESIZE, 1);
     assert_eq!(engine.samples_per_epoch(), 3);
     let batches = shard(&engine, 0, &[0, 1, 2], 3);
     assert_eq!(batches[0].labels, vec![2, 0, 1]);
@@ -147,13 +137,7 @@ fn a_corrupt_file_fails_naming_the_sample_and_stage() {
     let dir = tempfile::tempdir().unwrap();
     image_folder(dir.path());
     std::fs::write(dir.path().join("a/0.png"), b"\x89PNG\r\n\x1a\nbroken").unwrap();
-    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
-    let job = job(
-        r#"{ format = "image-folder", channel = "train" }"#,
-        4,
-        DECODE_RESIZE,
-    );
-    let engine = engine(&job, &channels, 1);
+    let engine = files_engine("image-folder", dir.path(), 4, DECODE_RESIZE, 1);
     let err = engine
         .run_shard(0, 0, &[1, 0], 4, &mut |_| true)
         .unwrap_err();
@@ -175,11 +159,7 @@ fn missing_channels_and_unknown_custom_stages_are_clear_errors() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("channel `train`"), "{err}");
-    let custom = r#"
-[[pipeline.stage]]
-op = "custom"
-name = "sharpen"
-"#;
+    let custom = r#"[{ op = "custom", name = "sharpen" }]"#;
     let job2 = job(
         r#"{ format = "synthetic", shape = [8, 8, 3], classes = 2, samples = 10 }"#,
         4,
@@ -197,15 +177,11 @@ name = "sharpen"
 
 #[test]
 fn custom_stages_run_from_the_registry() {
-    let custom = r#"
-[[pipeline.stage]]
-op = "custom"
-name = "invert"
-"#;
+    let custom = r#"[{ op = "custom", name = "invert" }]"#;
     let plain = job(
         r#"{ format = "synthetic", shape = [6, 6, 3], classes = 2, samples = 10 }"#,
         4,
-        "",
+        "[]",
     );
     let inverted = job(
         r#"{ format = "synthetic", shape = [6, 6, 3], classes = 2, samples = 10 }"#,
@@ -223,23 +199,13 @@ name = "invert"
     );
 }
 
-const AUGMENT: &str = r#"
-[[pipeline.stage]]
-op = "decode"
-[[pipeline.stage]]
-op = "random_resized_crop"
-size = [12, 12]
-[[pipeline.stage]]
-op = "horizontal_flip"
-[[pipeline.stage]]
-op = "color_jitter"
-brightness = 0.3
-contrast = 0.3
-saturation = 0.3
-[[pipeline.stage]]
-op = "random_erasing"
-p = 0.5
-"#;
+const AUGMENT: &str = r#"[
+    { op = "decode" },
+    { op = "random_resized_crop", size = [12, 12] },
+    { op = "horizontal_flip" },
+    { op = "color_jitter", brightness = 0.3, contrast = 0.3, saturation = 0.3 },
+    { op = "random_erasing", p = 0.5 },
+]"#;
 
 #[test]
 fn a_sample_does_not_depend_on_thread_count_batch_or_position() {
@@ -276,7 +242,7 @@ fn local_input_resumes_exactly_after_a_position() {
     let job = job(
         r#"{ format = "synthetic", shape = [4, 4, 1], classes = 2, samples = 55 }"#,
         4,
-        "",
+        "[]",
     );
     let engine = Arc::new(engine(&job, &BTreeMap::new(), 1));
     let config = InputConfig {
@@ -325,30 +291,15 @@ fn golden_output_on_a_fixture_image() {
         encode_png(&gradient(17, 23, 3, 9)).unwrap(),
     )
     .unwrap();
-    let stages = r#"
-[[pipeline.stage]]
-op = "decode"
-[[pipeline.stage]]
-op = "center_crop"
-size = [15, 15]
-[[pipeline.stage]]
-op = "horizontal_flip"
-p = 1.0
-[[pipeline.stage]]
-op = "resize"
-size = [6, 6]
-[[pipeline.stage]]
-op = "gaussian_blur"
-kernel = 3
-sigma = [0.8, 0.8]
-"#;
-    let job = job(
-        r#"{ format = "image-folder", channel = "train" }"#,
-        1,
-        stages,
-    );
-    let channels = BTreeMap::from([("train".to_owned(), dir.path().to_owned())]);
-    let batch = shard(&engine(&job, &channels, 1), 0, &[0], 1).remove(0);
+    let stages = r#"[
+        { op = "decode" },
+        { op = "center_crop", size = [15, 15] },
+        { op = "horizontal_flip", p = 1.0 },
+        { op = "resize", size = [6, 6] },
+        { op = "gaussian_blur", kernel = 3, sigma = [0.8, 0.8] },
+    ]"#;
+    let engine = files_engine("image-folder", dir.path(), 1, stages, 1);
+    let batch = shard(&engine, 0, &[0], 1).remove(0);
     let hex: String = batch
         .images
         .chunks(18)
@@ -376,17 +327,11 @@ proptest! {
         out_h in 2u32..24, out_w in 2u32..24, lo in 0.05f64..0.9, id in 0u64..1000,
         encoding in prop::sample::select(vec!["png", "jpeg"]),
     ) {
-        let stages = format!(r#"
-[[pipeline.stage]]
-op = "decode"
-channels = {c}
-[[pipeline.stage]]
-op = "random_resized_crop"
-size = [{out_h}, {out_w}]
-scale = [{lo}, 1.0]
-[[pipeline.stage]]
-op = "horizontal_flip"
-"#);
+        let stages = format!(r#"[
+            {{ op = "decode", channels = {c} }},
+            {{ op = "random_resized_crop", size = [{out_h}, {out_w}], scale = [{lo}, 1.0] }},
+            {{ op = "horizontal_flip" }},
+        ]"#);
         let job = job(&format!(r#"{{ format = "synthetic", shape = [{h}, {w}, 3], classes = 4, samples = 1000, encoding = "{encoding}" }}"#), 1, &stages);
         let engine = engine(&job, &BTreeMap::new(), 1);
         let (image, label) = engine.sample(3, id).unwrap();
