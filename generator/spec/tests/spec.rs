@@ -427,38 +427,52 @@ fn many_errors_are_found_and_located_in_one_pass() {
     assert!(last["line"].as_u64().unwrap() > 200_000, "{last}");
 }
 
-/// A script-mode spec with two trainer hosts of `trainer_type`, and `extra` lines in `[trainer]`.
-fn script_spec(trainer_type: &str, extra: &str) -> String {
+/// A job named `name` whose data group has `data` hosts and whose trainer group has `trainers`
+/// hosts of `trainer_type`, reading the channel `training` (`data/train`) as 8×8 images:
+/// `channel` and `pipeline` are lines added to those tables, `trainer` the `[trainer]` table's.
+fn two_group_spec(
+    name: &str,
+    data: u32,
+    (trainers, trainer_type): (u32, &str),
+    channel: &str,
+    pipeline: &str,
+    trainer: &str,
+) -> String {
     format!(
         r#"version = 1
 [job]
-name = "script-mode"
+name = "{name}"
 [[instance_group]]
 name = "data_group"
 instance_type = "ml.c5.xlarge"
-count = 2
+count = {data}
 role = "data"
 [[instance_group]]
 name = "dnn_group"
 instance_type = "{trainer_type}"
-count = 2
+count = {trainers}
 role = "trainer"
 [[channel]]
 name = "training"
 uri = "data/train"
-[pipeline]
+{channel}[pipeline]
 source = {{ format = "image-folder", channel = "training" }}
 batch_size = 32
-[[pipeline.stage]]
+{pipeline}[[pipeline.stage]]
 op = "decode"
 [[pipeline.stage]]
 op = "resize"
 size = [8, 8]
 [trainer]
-script = "train.py"
-{extra}
+{trainer}
 "#
     )
+}
+
+/// A script-mode spec with two trainer hosts of `trainer_type`, and `extra` lines in `[trainer]`.
+fn script_spec(trainer_type: &str, extra: &str) -> String {
+    let trainer = format!("script = \"train.py\"\n{extra}");
+    two_group_spec("script-mode", 2, (2, trainer_type), "", "", &trainer)
 }
 
 #[test]
@@ -561,38 +575,13 @@ fn a_spec_file_s_script_and_requirements_must_exist_next_to_it() {
 /// A job of `data` data hosts and one trainer host reading a ShardedByS3Key channel that
 /// reaches `groups`, with `pipeline_extra` in `[pipeline]`.
 fn sharded_spec(data: u32, groups: &str, pipeline_extra: &str) -> String {
-    format!(
-        r#"version = 1
-[job]
-name = "sharded"
-[[instance_group]]
-name = "data_group"
-instance_type = "ml.c5.xlarge"
-count = {data}
-role = "data"
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.g5.xlarge"
-count = 1
-role = "trainer"
-[[channel]]
-name = "training"
-uri = "data/train"
-instance_groups = {groups}
-distribution = "ShardedByS3Key"
-[pipeline]
-source = {{ format = "image-folder", channel = "training" }}
-batch_size = 32
-{pipeline_extra}
-[[pipeline.stage]]
-op = "decode"
-[[pipeline.stage]]
-op = "resize"
-size = [8, 8]
-[trainer]
-model = "mlp"
-steps = 10
-"#
+    two_group_spec(
+        "sharded",
+        data,
+        (1, "ml.g5.xlarge"),
+        &format!("instance_groups = {groups}\ndistribution = \"ShardedByS3Key\"\n"),
+        &format!("{pipeline_extra}\n"),
+        "model = \"mlp\"\nsteps = 10",
     )
 }
 
