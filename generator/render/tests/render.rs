@@ -13,18 +13,37 @@ fn repo() -> PathBuf {
 
 fn render_example(path: &Path) -> Rendered {
     let text = std::fs::read_to_string(path).unwrap();
-    let name = path.file_name().unwrap().to_str().unwrap();
-    let job = hetgen_spec::check(name, &text)
+    render_spec(path.file_name().unwrap().to_str().unwrap(), &text)
+}
+
+/// Checks and renders the spec `text` of a file named `name`.
+fn render_spec(name: &str, text: &str) -> Rendered {
+    let checked = hetgen_spec::check(name, text);
+    let job = checked
         .job
-        .expect("examples are valid");
+        .unwrap_or_else(|| panic!("{name}: {:#?}", checked.report.problems));
+    render_job(&job, name, text)
+}
+
+/// Renders `job`, resolved from the spec `text` of a file named `name`.
+fn render_job(job: &hetgen_spec::Job, name: &str, text: &str) -> Rendered {
     render(
-        &job,
+        job,
         SpecOrigin {
             file_name: name,
-            text: &text,
+            text,
         },
     )
     .unwrap()
+}
+
+/// The contents of the rendered file at `path` (relative to the job's folder), if rendered.
+fn rendered_file<'r>(rendered: &'r Rendered, path: &str) -> Option<&'r str> {
+    rendered
+        .files
+        .iter()
+        .find(|f| f.path == path)
+        .map(|f| f.contents.as_str())
 }
 
 fn combined(rendered: &Rendered) -> String {
@@ -67,13 +86,7 @@ fn rendered_files_are_well_formed() {
             continue;
         }
         let rendered = render_example(&path);
-        let file = |p: &str| {
-            rendered
-                .files
-                .iter()
-                .find(|f| f.path == p)
-                .map(|f| f.contents.as_str())
-        };
+        let file = |p: &str| rendered_file(&rendered, p);
         let job: serde_json::Value = serde_json::from_str(file("job.json").unwrap()).unwrap();
         let back: hetgen_spec::Job = serde_json::from_value(job["job"].clone()).unwrap();
         assert_eq!(back.name, rendered.dir);
@@ -117,12 +130,7 @@ fn hetero_and_homogeneous_requests_differ_as_sagemaker_requires() {
     let hetero = render_example(&repo().join("examples/mnist-hetero.toml"));
     let homo = render_example(&repo().join("examples/mnist-homogeneous.toml"));
     let request = |r: &Rendered| -> serde_json::Value {
-        let f = r
-            .files
-            .iter()
-            .find(|f| f.path == "create-training-job.json")
-            .unwrap();
-        serde_json::from_str(&f.contents).unwrap()
+        serde_json::from_str(rendered_file(r, "create-training-job.json").unwrap()).unwrap()
     };
     let (h, o) = (request(&hetero), request(&homo));
     let groups = h["ResourceConfig"]["InstanceGroups"].as_array().unwrap();
@@ -182,25 +190,8 @@ fn a_script_mode_job_builds_on_pytorch_without_the_built_in_trainer() {
             "[sagemaker]\n",
             "[sagemaker]\nimage_uri = \"123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:1\"\n",
         );
-    let job = hetgen_spec::check("hetgen.toml", &text)
-        .job
-        .expect("valid with an image");
-    let rendered = render(
-        &job,
-        SpecOrigin {
-            file_name: "hetgen.toml",
-            text: &text,
-        },
-    )
-    .unwrap();
-    let file = |p: &str| {
-        rendered
-            .files
-            .iter()
-            .find(|f| f.path == p)
-            .map(|f| f.contents.as_str())
-            .unwrap()
-    };
+    let rendered = render_spec("hetgen.toml", &text);
+    let file = |p: &str| rendered_file(&rendered, p).unwrap();
     let manifest: toml::Table = toml::from_str(file("launcher/Cargo.toml")).unwrap();
     let runtime = &manifest["dependencies"]["hetgen-runtime"];
     assert_eq!(runtime["default-features"].as_bool(), Some(false));
@@ -221,12 +212,8 @@ fn a_script_mode_job_builds_on_pytorch_without_the_built_in_trainer() {
 
     // The built-in trainer keeps its libtorch.
     let builtin = render_example(&repo().join("examples/mnist-hetero.toml"));
-    let manifest = builtin
-        .files
-        .iter()
-        .find(|f| f.path == "launcher/Cargo.toml")
-        .unwrap();
-    assert!(manifest.contents.contains("hetgen-runtime = \"0.1.0\""));
+    let manifest = rendered_file(&builtin, "launcher/Cargo.toml").unwrap();
+    assert!(manifest.contains("hetgen-runtime = \"0.1.0\""));
 }
 
 /// A project on AWS's PyTorch image in a temporary folder: the pytorch example's spec without
@@ -303,14 +290,7 @@ impl Project {
     /// Renders into `build/` (inside the project, as `hetgen render` does) and bundles.
     fn bundle(&self) -> Result<hetgen_render::bundle::Bundle, hetgen_render::bundle::BundleError> {
         let text = std::fs::read_to_string(self.root().join("hetgen.toml")).unwrap();
-        let rendered = render(
-            &self.job,
-            SpecOrigin {
-                file_name: "hetgen.toml",
-                text: &text,
-            },
-        )
-        .unwrap();
+        let rendered = render_job(&self.job, "hetgen.toml", &text);
         let out = self.root().join("build");
         hetgen_render::write(&rendered, &out).unwrap();
         let inputs = hetgen_render::bundle::Inputs {
