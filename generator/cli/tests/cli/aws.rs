@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::fixture::Fixture;
-use super::{code, repo, stderr, stdout};
+use super::{assert_contains, code, hetgen_command, project_with, repo, stderr, stdout, succeeded};
 
 /// moto's server, started for one test and killed when dropped.
 pub struct Moto {
@@ -53,11 +53,8 @@ impl Drop for Moto {
 
 /// `hetgen` with fake credentials and no access to the user's AWS configuration.
 pub fn aws_command(args: &[&str], cwd: &Path, credentials: bool) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
-    cmd.args(args)
-        .current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .env("AWS_CONFIG_FILE", "/nonexistent/hetgen-test/config")
+    let mut cmd = hetgen_command(args, cwd);
+    cmd.env("AWS_CONFIG_FILE", "/nonexistent/hetgen-test/config")
         .env(
             "AWS_SHARED_CREDENTIALS_FILE",
             "/nonexistent/hetgen-test/credentials",
@@ -81,14 +78,25 @@ pub fn aws(args: &[&str], cwd: &Path, credentials: bool) -> Output {
     aws_command(args, cwd, credentials).output().unwrap()
 }
 
+/// `args` sent to `endpoint`, in us-east-1: how the job commands reach the emulators.
+fn at_endpoint<'a>(args: &[&'a str], endpoint: &'a str) -> Vec<&'a str> {
+    [args, &["--endpoint-url", endpoint, "--region", "us-east-1"]].concat()
+}
+
+/// `hetgen args` from the repository (the job commands read no project) against `endpoint`.
+pub fn job_command(args: &[&str], endpoint: &str, credentials: bool) -> Output {
+    aws(&at_endpoint(args, endpoint), &repo(), credentials)
+}
+
+/// `hetgen deploy` (and `extra`) of `project` to `endpoint`, with credentials.
+fn deploy(endpoint: &str, project: &Path, extra: &[&str]) -> Output {
+    let args = [&["deploy", "--endpoint-url", endpoint], extra].concat();
+    aws(&args, project, true)
+}
+
 /// A project folder holding `example` as hetgen.toml, rendered into `build/`.
 pub fn rendered_project(example: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        repo().join("examples").join(example),
-        dir.path().join("hetgen.toml"),
-    )
-    .unwrap();
+    let dir = project_with(example);
     let out = aws(&["render"], dir.path(), true);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     dir
@@ -104,11 +112,7 @@ fn every_example_deploys_to_moto_with_its_groups_and_channels() {
         "resnet50-p4d.toml",
     ] {
         let project = rendered_project(example);
-        let out = aws(
-            &["deploy", "--endpoint-url", &moto.url],
-            project.path(),
-            true,
-        );
+        let out = deploy(&moto.url, project.path(), &[]);
         assert_eq!(code(&out), 0, "{example}: {}", stderr(&out));
         assert!(
             stdout(&out).starts_with("arn:aws:sagemaker:us-east-1:"),
@@ -127,16 +131,7 @@ fn every_example_deploys_to_moto_with_its_groups_and_channels() {
         );
 
         let status = aws(
-            &[
-                "status",
-                &name,
-                "--format",
-                "json",
-                "--endpoint-url",
-                &moto.url,
-                "--region",
-                "us-east-1",
-            ],
+            &at_endpoint(&["status", &name, "--format", "json"], &moto.url),
             project.path(),
             true,
         );
@@ -206,19 +201,7 @@ fn every_example_deploys_to_moto_with_its_groups_and_channels() {
         names.push(name);
     }
 
-    let listed = aws(
-        &[
-            "list",
-            "--format",
-            "json",
-            "--endpoint-url",
-            &moto.url,
-            "--region",
-            "us-east-1",
-        ],
-        &repo(),
-        true,
-    );
+    let listed = job_command(&["list", "--format", "json"], &moto.url, true);
     assert_eq!(code(&listed), 0, "{}", stderr(&listed));
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     for name in &names {
@@ -237,18 +220,7 @@ fn every_example_deploys_to_moto_with_its_groups_and_channels() {
 fn unknown_job_is_a_clear_error() {
     let moto = Moto::start();
     for command in ["status", "logs"] {
-        let out = aws(
-            &[
-                command,
-                "no-such-job",
-                "--endpoint-url",
-                &moto.url,
-                "--region",
-                "us-east-1",
-            ],
-            &repo(),
-            true,
-        );
+        let out = job_command(&[command, "no-such-job"], &moto.url, true);
         assert_eq!(code(&out), 1, "{command}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("no training job named `no-such-job`"),
@@ -262,24 +234,9 @@ fn unknown_job_is_a_clear_error() {
 #[test]
 fn missing_credentials_exit_78() {
     let fixture = Fixture::start(&[("InProgress", "Starting", None)]);
-    let out = aws(
-        &[
-            "status",
-            "some-job",
-            "--endpoint-url",
-            &fixture.url,
-            "--region",
-            "us-east-1",
-        ],
-        &repo(),
-        false,
-    );
+    let out = job_command(&["status", "some-job"], &fixture.url, false);
     assert_eq!(code(&out), 78, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("no AWS credentials found"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "no AWS credentials found");
     assert!(
         fixture.calls().is_empty(),
         "nothing is sent without credentials"
@@ -288,19 +245,10 @@ fn missing_credentials_exit_78() {
 
 #[test]
 fn deploy_refuses_stale_or_missing_renders() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        repo().join("examples/mnist-hetero.toml"),
-        dir.path().join("hetgen.toml"),
-    )
-    .unwrap();
+    let dir = project_with("mnist-hetero.toml");
     let out = aws(&["deploy", "--dry-run"], dir.path(), true);
     assert_eq!(code(&out), 1);
-    assert!(
-        stderr(&out).contains("run `hetgen render`"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "run `hetgen render`");
 }
 
 #[test]
@@ -348,17 +296,10 @@ fn wait_follows_transitions_to_completed() {
         ("Completed", "Completed", None),
     ]);
     let project = rendered_project("mnist-hetero.toml");
-    let out = aws(
-        &[
-            "deploy",
-            "--wait",
-            "--poll-interval",
-            "0.05",
-            "--endpoint-url",
-            &fixture.url,
-        ],
+    let out = deploy(
+        &fixture.url,
         project.path(),
-        true,
+        &["--wait", "--poll-interval", "0.05"],
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let err = stderr(&out);
@@ -385,19 +326,10 @@ fn a_bad_poll_interval_is_refused_before_the_job_is_submitted() {
     let fixture = Fixture::start(&[("Completed", "Completed", None)]);
     let project = rendered_project("mnist-hetero.toml");
     for bad in ["inf", "nan", "-1", "1e400", "0"] {
-        let out = aws(
-            &[
-                "deploy",
-                "--wait",
-                &format!("--poll-interval={bad}"),
-                "--endpoint-url",
-                &fixture.url,
-            ],
-            project.path(),
-            true,
-        );
+        let interval = format!("--poll-interval={bad}");
+        let out = deploy(&fixture.url, project.path(), &["--wait", &interval]);
         assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
-        assert!(stderr(&out).contains("--poll-interval"), "{}", stderr(&out));
+        assert_contains(&stderr(&out), "--poll-interval");
         assert!(out.stdout.is_empty(), "no ARN: nothing was submitted");
     }
     assert_eq!(fixture.calls(), Vec::<String>::new());
@@ -410,41 +342,19 @@ fn wait_on_a_failed_job_exits_non_zero_with_the_reason() {
         ("Failed", "Failed", Some("AlgorithmError: exit 1")),
     ]);
     let project = rendered_project("mnist-hetero.toml");
-    let out = aws(
-        &[
-            "deploy",
-            "--wait",
-            "--poll-interval",
-            "0.05",
-            "--endpoint-url",
-            &fixture.url,
-        ],
+    let out = deploy(
+        &fixture.url,
         project.path(),
-        true,
+        &["--wait", "--poll-interval", "0.05"],
     );
     assert_eq!(code(&out), 1);
-    assert!(
-        stderr(&out).contains("ended Failed: AlgorithmError: exit 1"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "ended Failed: AlgorithmError: exit 1");
 }
 
 #[test]
 fn stop_sends_stop_training_job() {
     let fixture = Fixture::start(&[("Stopping", "Stopping", None)]);
-    let out = aws(
-        &[
-            "stop",
-            "fixture-job",
-            "--endpoint-url",
-            &fixture.url,
-            "--region",
-            "us-east-1",
-        ],
-        &repo(),
-        true,
-    );
+    let out = job_command(&["stop", "fixture-job"], &fixture.url, true);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(fixture.calls(), ["StopTrainingJob"]);
 }
@@ -452,18 +362,11 @@ fn stop_sends_stop_training_job() {
 #[test]
 fn service_errors_read_as_what_to_do() {
     let project = rendered_project("mnist-hetero.toml");
-    let deploy = |fixture: &Fixture| {
-        aws(
-            &["deploy", "--endpoint-url", &fixture.url],
-            project.path(),
-            true,
-        )
-    };
 
     let taken = Fixture::with_create_errors(&[], &[("ResourceInUse", "Job name already in use")]);
-    let out = deploy(&taken);
+    let out = deploy(&taken.url, project.path(), &[]);
     assert_eq!(code(&out), 1);
-    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    assert_contains(&stderr(&out), "already exists");
 
     let denied = Fixture::with_create_errors(
         &[],
@@ -472,35 +375,29 @@ fn service_errors_read_as_what_to_do() {
             "not authorized to perform sagemaker:CreateTrainingJob",
         )],
     );
-    let out = deploy(&denied);
+    let out = deploy(&denied.url, project.path(), &[]);
     assert_eq!(code(&out), 78, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("access denied: not authorized"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "access denied: not authorized");
 
     let quota = Fixture::with_create_errors(
         &[],
         &[("ResourceLimitExceeded", "quota for ml.p3.2xlarge is 0")],
     );
-    let out = deploy(&quota);
+    let out = deploy(&quota.url, project.path(), &[]);
     assert_eq!(code(&out), 1);
-    assert!(
-        stderr(&out).contains("resource limit exceeded: quota for ml.p3.2xlarge is 0"),
-        "{}",
-        stderr(&out)
+    assert_contains(
+        &stderr(&out),
+        "resource limit exceeded: quota for ml.p3.2xlarge is 0",
     );
 
     let invalid = Fixture::with_create_errors(
         &[],
         &[("ValidationException", "1 validation error detected")],
     );
-    let out = deploy(&invalid);
-    assert!(
-        stderr(&out).contains("SageMaker rejected the request: 1 validation error detected"),
-        "{}",
-        stderr(&out)
+    let out = deploy(&invalid.url, project.path(), &[]);
+    assert_contains(
+        &stderr(&out),
+        "SageMaker rejected the request: 1 validation error detected",
     );
 }
 
@@ -514,11 +411,7 @@ fn throttling_is_retried_with_backoff() {
         ],
     );
     let project = rendered_project("mnist-hetero.toml");
-    let out = aws(
-        &["deploy", "--endpoint-url", &fixture.url],
-        project.path(),
-        true,
-    );
+    let out = deploy(&fixture.url, project.path(), &[]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(fixture.calls(), ["CreateTrainingJob"; 3]);
 }
@@ -567,12 +460,7 @@ fn boto3(moto: &Moto, code: &str) -> String {
         ))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    succeeded(&out)
 }
 
 /// The pytorch example without `image_uri` (on AWS's PyTorch image), rendered, and a stand-in
@@ -598,17 +486,7 @@ fn framework_project() -> (tempfile::TempDir, std::path::PathBuf) {
 
 /// `hetgen deploy` of the project against moto, shipping `wheel`.
 fn deploy_with_wheel(moto: &Moto, project: &Path, wheel: &Path) -> Output {
-    aws(
-        &[
-            "deploy",
-            "--endpoint-url",
-            &moto.url,
-            "--wheel",
-            wheel.to_str().unwrap(),
-        ],
-        project,
-        true,
-    )
+    deploy(&moto.url, project, &["--wheel", wheel.to_str().unwrap()])
 }
 
 #[test]
@@ -681,11 +559,7 @@ fn a_failed_upload_submits_nothing() {
     // No bucket.
     let out = deploy_with_wheel(&moto, project.path(), &wheel);
     assert_eq!(code(&out), 78, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("no S3 bucket `example-bucket`"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "no S3 bucket `example-bucket`");
     assert!(!stderr(&out).contains("submitted"), "{}", stderr(&out));
     let jobs = boto3(
         &moto,
@@ -696,33 +570,16 @@ fn a_failed_upload_submits_nothing() {
     assert_eq!(jobs.trim(), "0");
 
     // Without a wheel there is no bundle, and nothing is sent at all.
-    let out = aws(
-        &[
-            "deploy",
-            "--endpoint-url",
-            &moto.url,
-            "--wheel",
-            "/nonexistent/x.whl",
-        ],
-        project.path(),
-        true,
-    );
+    let out = deploy_with_wheel(&moto, project.path(), Path::new("/nonexistent/x.whl"));
     assert_eq!(code(&out), 1, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("no hetgen wheel at /nonexistent/x.whl"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "no hetgen wheel at /nonexistent/x.whl");
 }
 
 /// `hetgen bundle` as `deploy` sources its wheel: `--wheel`, else `HETGEN_WHEEL`, else the
 /// target folder's `wheels/` beside this hetgen.
 fn bundle(project: &Path, wheel_flag: Option<&Path>, wheel_env: Option<&Path>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
-    cmd.arg("bundle")
-        .current_dir(project)
-        .env("NO_COLOR", "1")
-        .env_remove("HETGEN_WHEEL");
+    let mut cmd = hetgen_command(&["bundle"], project);
+    cmd.env_remove("HETGEN_WHEEL");
     if let Some(wheel) = wheel_flag {
         cmd.arg("--wheel").arg(wheel);
     }
@@ -796,7 +653,7 @@ fn bundle_writes_the_archive_and_its_folder_with_the_wheel_it_finds() {
             "{}",
             stderr(&out)
         );
-        assert!(stderr(&out).contains("make wheel"), "{}", stderr(&out));
+        assert_contains(&stderr(&out), "make wheel");
     }
 }
 
@@ -854,37 +711,22 @@ fn the_upload_and_the_submission_share_one_credential_chain() {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hetgen"))
-        .args([
-            "deploy",
-            "--profile",
-            "counted",
-            "--endpoint-url",
-            &moto.url,
-            "--wheel",
-        ])
+    // No credentials of its own: only the profile's process gives any.
+    let args = [
+        "deploy",
+        "--profile",
+        "counted",
+        "--endpoint-url",
+        &moto.url,
+    ];
+    let out = aws_command(&args, project.path(), false)
+        .arg("--wheel")
         .arg(&wheel)
-        .current_dir(project.path())
-        .env("NO_COLOR", "1")
         .env("AWS_CONFIG_FILE", &config)
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "/nonexistent/hetgen-test/credentials",
-        )
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_ENDPOINT_URL")
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_SESSION_TOKEN")
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("uploaded the source bundle"),
-        "{}",
-        stderr(&out)
-    );
+    assert_contains(&stderr(&out), "uploaded the source bundle");
     // One call up front (so that a missing credential is reported as such, before any
     // request) and one that both clients' requests share.
     let calls = std::fs::read_to_string(&calls).unwrap();

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use super::{code, hetgen, repo, stderr};
+use super::{code, hetgen, repo, stderr, succeeded};
 
 #[test]
 fn every_shell_gets_a_script_naming_the_commands() {
@@ -45,16 +45,7 @@ fn bash_completes(words: &[&str]) -> Vec<String> {
         .args(["--norc", "--noprofile", "-c", &program])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    succeeded(&out).lines().map(str::to_owned).collect()
 }
 
 #[test]

@@ -4,11 +4,13 @@
 //! services (CloudWatch Logs) can be passed on to moto's server, so one endpoint URL serves a
 //! scripted job and the emulator's logs.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+
+use super::http::{Request, listen, read_request, write_reply};
 
 pub struct Fixture {
     pub url: String,
@@ -19,7 +21,7 @@ pub struct Fixture {
 pub type Hook = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// Where calls that are not SageMaker's go, and what runs before each status is served.
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct Extras {
     upstream: Option<String>,
     hook: Option<Hook>,
@@ -65,8 +67,6 @@ impl Fixture {
         errors: &[(&str, &str)],
         extras: Extras,
     ) -> Fixture {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let calls = Arc::new(Mutex::new(Vec::new()));
         let states: Vec<Value> = states
             .iter()
@@ -97,19 +97,7 @@ impl Fixture {
                 .collect(),
         ));
         let recorded = calls.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { break };
-                let (calls, states, next, errors, extras) = (
-                    recorded.clone(),
-                    states.clone(),
-                    next.clone(),
-                    errors.clone(),
-                    extras.clone(),
-                );
-                std::thread::spawn(move || serve(stream, &calls, &states, &next, &errors, &extras));
-            }
-        });
+        let url = listen(move |stream| serve(stream, &recorded, &states, &next, &errors, &extras));
         Fixture { url, calls }
     }
 
@@ -128,39 +116,7 @@ fn serve(
 ) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
-    loop {
-        let mut target = String::new();
-        let mut length = 0usize;
-        let mut line = String::new();
-        // Request line, then headers up to the blank line; EOF ends the connection.
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut head = line.clone();
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if !header.to_ascii_lowercase().starts_with("connection:") {
-                head.push_str(&line);
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                match name.to_ascii_lowercase().as_str() {
-                    "x-amz-target" => target = value.trim().to_owned(),
-                    "content-length" => length = value.trim().parse().unwrap_or(0),
-                    _ => {}
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
+    while let Some(Request { head, target, body }) = read_request(&mut reader) {
         if !target.starts_with("SageMaker.")
             && let Some(upstream) = &extras.upstream
         {
@@ -168,13 +124,8 @@ fn serve(
             let mut throttled = extras.throttled.lock().unwrap();
             if target.ends_with(".GetLogEvents") && *throttled > 0 {
                 *throttled -= 1;
-                let text = json!({"__type": "ThrottlingException", "message": "Rate exceeded"})
-                    .to_string();
-                let response = format!(
-                    "HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {}\r\n\r\n{text}",
-                    text.len()
-                );
-                if writer.write_all(response.as_bytes()).is_err() {
+                let refusal = json!({"__type": "ThrottlingException", "message": "Rate exceeded"});
+                if write_reply(&mut writer, "400 Bad Request", &refusal).is_err() {
                     return;
                 }
                 continue;
@@ -211,12 +162,7 @@ fn serve(
             }
             _ => json!({}),
         };
-        let text = reply.to_string();
-        let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {}\r\n\r\n{text}",
-            text.len()
-        );
-        if writer.write_all(response.as_bytes()).is_err() {
+        if write_reply(&mut writer, status, &reply).is_err() {
             return;
         }
     }

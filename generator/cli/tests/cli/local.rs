@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{code, hetgen, stderr, stdout};
+use super::{code, hetgen, hetgen_command, new_project, stderr, stdout};
 
 /// `hetgen new demo` + `hetgen render` in a fresh folder; returns the project folder.
 fn project(root: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
@@ -137,17 +137,15 @@ fn a_data_host_killed_mid_run_fails_the_job_and_leaves_no_process() {
     let root = tempfile::tempdir().unwrap();
     let dir = project(root.path(), |t| t.replace("steps = 60", "steps = 1000000"));
     let job_dir = root.path().join("run");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hetgen"))
-        .args([
-            "deploy",
-            "--local",
-            "--grace",
-            "2",
-            "--job-dir",
-            job_dir.to_str().unwrap(),
-        ])
-        .current_dir(&dir)
-        .env("NO_COLOR", "1")
+    let args = [
+        "deploy",
+        "--local",
+        "--grace",
+        "2",
+        "--job-dir",
+        job_dir.to_str().unwrap(),
+    ];
+    let mut child = hetgen_command(&args, &dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -431,18 +429,14 @@ fn bench_input_only_runs_no_model() {
 #[test]
 fn deploy_local_of_a_job_on_aws_s_image_refuses_an_environment_without_the_toolkit() {
     let root = tempfile::tempdir().unwrap();
-    let out = hetgen(&["new", "digits", "--example", "pytorch"], root.path());
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let dir = root.path().join("digits");
+    let dir = new_project(root.path(), "digits", "pytorch");
     let out = hetgen(&["render"], &dir);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     // The bundle is made before the environment is looked at; its wheel only travels.
     let wheel = root.path().join(hetgen_render::wheel_file_name());
     std::fs::write(&wheel, "the wheel's bytes").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hetgen"))
-        .args(["deploy", "--local", "--wheel", wheel.to_str().unwrap()])
-        .current_dir(&dir)
-        .env("NO_COLOR", "1")
+    let args = ["deploy", "--local", "--wheel", wheel.to_str().unwrap()];
+    let out = hetgen_command(&args, &dir)
         .env("PATH", "/usr/bin:/bin")
         .env("HETGEN_TORCH_VENV", root.path().join("no-venv"))
         .output()

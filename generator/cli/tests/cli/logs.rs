@@ -11,9 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::aws::{Moto, aws, aws_command, rendered_project};
+use super::aws::{Moto, aws_command, job_command, rendered_project};
 use super::fixture::Fixture;
-use super::{code, repo, stderr, stdout};
+use super::{code, stderr, stdout};
 
 const GROUP: &str = "/aws/sagemaker/TrainingJobs";
 /// The job name the fixture's CreateTrainingJob and `--name` agree on.
@@ -196,10 +196,8 @@ fn deploy_wait(fixture: &Fixture, extra: &[&str]) -> (tempfile::TempDir, Command
 
 /// `hetgen logs JOB` (and `extra`) against `fixture`, polling fast.
 fn logs(fixture: &Fixture, extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["logs", JOB, "--poll-interval", "0.05"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--endpoint-url", &fixture.url, "--region", "us-east-1"]);
-    aws(&args, &repo(), true)
+    let args = [&["logs", JOB, "--poll-interval", "0.05"], extra].concat();
+    job_command(&args, &fixture.url, true)
 }
 
 /// The messages of `text`'s labelled lines, in order, with each label seen per host.

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 mod aws;
 mod completions;
 mod fixture;
+mod http;
 mod local;
 mod logs;
 mod prices;
@@ -19,13 +20,16 @@ pub fn repo() -> PathBuf {
         .unwrap()
 }
 
+/// `hetgen args` in `cwd`, uncoloured, for a test to add to and run.
+pub fn hetgen_command(args: &[&str], cwd: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hetgen"));
+    cmd.args(args).current_dir(cwd).env("NO_COLOR", "1");
+    cmd
+}
+
+/// [`hetgen_command`], run to its end.
 pub fn hetgen(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetgen"))
-        .args(args)
-        .current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap()
+    hetgen_command(args, cwd).output().unwrap()
 }
 
 pub fn code(out: &Output) -> i32 {
@@ -38,6 +42,42 @@ pub fn stderr(out: &Output) -> String {
 
 pub fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// The stdout of a program that must have succeeded; its stderr says why when it did not.
+#[track_caller]
+pub fn succeeded(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(out)
+}
+
+/// Fails, showing all of `text`, unless `part` is in it.
+#[track_caller]
+pub fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "`{part}` is not in:\n{text}");
+}
+
+/// A fresh folder holding `examples/{example}` as its hetgen.toml.
+pub fn project_with(example: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join("examples").join(example),
+        dir.path().join("hetgen.toml"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `hetgen new NAME --example EXAMPLE` in `root`; returns the new project's folder.
+#[track_caller]
+pub fn new_project(root: &Path, name: &str, example: &str) -> PathBuf {
+    let out = hetgen(&["new", name, "--example", example], root);
+    assert_eq!(code(&out), 0, "{example}: {}", stderr(&out));
+    root.join(name)
 }
 
 /// Every invalid spec, as the terminal shows it: exit code and diagnostics.
@@ -133,12 +173,7 @@ fn render_writes_nothing_for_an_invalid_spec() {
 
 #[test]
 fn render_then_check_detects_stale_files() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        repo().join("examples/mnist-hetero.toml"),
-        dir.path().join("hetgen.toml"),
-    )
-    .unwrap();
+    let dir = project_with("mnist-hetero.toml");
     let out = hetgen(&["render"], dir.path());
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let listed = String::from_utf8(out.stdout).unwrap();
@@ -211,12 +246,8 @@ fn every_example_can_start_a_project() {
         "resnet50-p4d",
         "pytorch",
     ] {
-        let name = format!("p-{example}");
-        assert_eq!(
-            code(&hetgen(&["new", &name, "--example", example], dir.path())),
-            0
-        );
-        let out = hetgen(&["validate"], &dir.path().join(&name));
+        let project = new_project(dir.path(), &format!("p-{example}"), example);
+        let out = hetgen(&["validate"], &project);
         assert_eq!(code(&out), 0, "{example}: {}", stderr(&out));
     }
 }
@@ -224,9 +255,7 @@ fn every_example_can_start_a_project() {
 #[test]
 fn the_pytorch_example_brings_its_script_and_the_digits() {
     let dir = tempfile::tempdir().unwrap();
-    let out = hetgen(&["new", "digits", "--example", "pytorch"], dir.path());
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let project = dir.path().join("digits");
+    let project = new_project(dir.path(), "digits", "pytorch");
     assert_eq!(
         std::fs::read_to_string(project.join("train.py")).unwrap(),
         std::fs::read_to_string(repo().join("examples/pytorch/train.py")).unwrap()
@@ -261,19 +290,7 @@ fn schema_prints_the_committed_schema() {
 
 #[test]
 fn plan_and_compare_report_as_json() {
-    let out = hetgen(
-        &[
-            "plan",
-            "examples/resnet50-p4d.toml",
-            "--cpu-per-gpu",
-            "20",
-            "--format",
-            "json",
-        ],
-        &repo(),
-    );
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = json_report(&["plan", "examples/resnet50-p4d.toml", "--cpu-per-gpu", "20"]);
     assert_eq!(plan["gpus"], 8);
     // The example's channel reaches every host, so the p4d's 96 vCPUs less its default reserve
     // (one per GPU plus one) preprocess beside the data hosts' 144, as the runtime runs it.
@@ -292,24 +309,17 @@ fn plan_and_compare_report_as_json() {
         "{table}"
     );
 
-    let out = hetgen(
-        &[
-            "compare",
-            "--baseline",
-            "examples/mnist-homogeneous.toml",
-            "--baseline-step-ms",
-            "200",
-            "--candidate",
-            "examples/mnist-hetero.toml",
-            "--candidate-step-ms",
-            "100",
-            "--format",
-            "json",
-        ],
-        &repo(),
-    );
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = json_report(&[
+        "compare",
+        "--baseline",
+        "examples/mnist-homogeneous.toml",
+        "--baseline-step-ms",
+        "200",
+        "--candidate",
+        "examples/mnist-hetero.toml",
+        "--candidate-step-ms",
+        "100",
+    ]);
     for key in ["price_per_hour", "cost_per_step"] {
         assert!(
             c["baseline"][key].is_f64() && c["candidate"][key].is_f64(),
@@ -320,6 +330,14 @@ fn plan_and_compare_report_as_json() {
     // ml.p3.2xlarge $3.825 against $3.825 + ml.c5.9xlarge $1.836 at half the step time.
     let expected = 1.0 - (3.825 + 1.836) * 100.0 / (3.825 * 200.0);
     assert!((c["improvement"].as_f64().unwrap() - expected).abs() < 1e-12);
+}
+
+/// What `hetgen args --format json` prints from the repository, where it must succeed.
+#[track_caller]
+fn json_report(args: &[&str]) -> serde_json::Value {
+    let out = hetgen(&[args, &["--format", "json"]].concat(), &repo());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The subcommands `hetgen --help` lists.
@@ -374,15 +392,11 @@ fn every_numeric_flag_refuses_nonsense_with_exit_two_and_no_panic() {
             "garbage",
         ] {
             let arg = format!("{flag}={bad}");
-            let out = hetgen(&[sub, &arg], &repo());
-            let err = stderr(&out);
-            assert_eq!(code(&out), 2, "{sub} {arg}: {err}");
-            assert!(!err.contains("panicked"), "{sub} {arg}: {err}");
+            let err = usage_error(&[sub, &arg]);
             assert!(
                 err.contains(flag.as_str()) && err.contains("expected "),
                 "{sub} {arg}: the flag and its range are named: {err}"
             );
-            assert!(out.stdout.is_empty(), "{sub} {arg}");
         }
     }
 }
@@ -444,12 +458,19 @@ fn numbers_that_once_panicked_or_passed_as_nonsense_are_usage_errors() {
             "nan",
         ],
     ] {
-        let out = hetgen(args, &repo());
-        let err = stderr(&out);
-        assert_eq!(code(&out), 2, "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?}");
+        usage_error(args);
     }
+}
+
+/// `hetgen args` as a usage error: exit 2, no panic, nothing on stdout. Returns its stderr.
+#[track_caller]
+fn usage_error(args: &[&str]) -> String {
+    let out = hetgen(args, &repo());
+    let err = stderr(&out);
+    assert_eq!(code(&out), 2, "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    err
 }
 
 #[test]

@@ -2,15 +2,17 @@
 //! Price List API, so this one serves GetProducts itself: two pages of products in the API's
 //! own format (the figures are this test's, not AWS's), one of them without an on-demand term.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::io::BufReader;
+use std::net::TcpStream;
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use tempfile::TempDir;
 
 use super::aws::aws_command;
-use super::{code, stderr, stdout};
+use super::http::{Request, listen, read_request, write_reply};
+use super::{assert_contains, code, stderr, stdout};
 
 /// A Price List product in GetProducts' format: a JSON document inside a string.
 fn product(usage: &str, terms: Value) -> String {
@@ -68,17 +70,9 @@ struct PriceList {
 
 impl PriceList {
     fn start() -> PriceList {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = requests.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { break };
-                let recorded = recorded.clone();
-                std::thread::spawn(move || serve(stream, &recorded));
-            }
-        });
+        let url = listen(move |stream| serve(stream, &recorded));
         PriceList { url, requests }
     }
 
@@ -91,32 +85,7 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     let (first, second) = pages();
-    loop {
-        let (mut target, mut length, mut line) = (String::new(), 0usize, String::new());
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                match name.to_ascii_lowercase().as_str() {
-                    "x-amz-target" => target = value.trim().to_owned(),
-                    "content-length" => length = value.trim().parse().unwrap_or(0),
-                    _ => {}
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
+    while let Some(Request { target, body, .. }) = read_request(&mut reader) {
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         requests.lock().unwrap().push(request.clone());
         let (status, reply) = if target != "AWSPriceListService.GetProducts" {
@@ -129,22 +98,14 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Value>>) {
         } else {
             ("200 OK", first.clone())
         };
-        let text = reply.to_string();
-        let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {}\r\n\r\n{text}",
-            text.len()
-        );
-        if writer.write_all(response.as_bytes()).is_err() {
+        if write_reply(&mut writer, status, &reply).is_err() {
             return;
         }
     }
 }
 
 /// A one-group ml.g5.8xlarge job in eu-west-1.
-fn spec(dir: &Path) {
-    std::fs::write(
-        dir.join("hetgen.toml"),
-        r#"version = 1
+const SPEC: &str = r#"version = 1
 [job]
 name = "g5-one-group"
 [[instance_group]]
@@ -163,51 +124,61 @@ region = "eu-west-1"
 role_arn = "arn:aws:iam::123456789012:role/SageMakerRole"
 image_uri = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/hetgen:latest"
 output_path = "s3://bucket/output/"
-"#,
-    )
-    .unwrap();
+"#;
+
+/// The spec in a folder of its own, an empty cache folder and the endpoint: where `plan` runs.
+struct Setup {
+    endpoint: PriceList,
+    dir: TempDir,
+    cache: TempDir,
 }
 
-fn run_plan(
-    dir: &Path,
-    cache: &Path,
-    endpoint: &str,
-    credentials: bool,
-    json: bool,
-) -> std::process::Output {
-    let mut args = vec![
-        "plan",
-        "--cpu-per-gpu",
-        "50",
-        "--prices",
-        "aws",
-        "--endpoint-url",
-        endpoint,
-    ];
-    if json {
-        args.extend(["--format", "json"]);
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("hetgen.toml"), SPEC).unwrap();
+        Setup {
+            endpoint: PriceList::start(),
+            dir,
+            cache: tempfile::tempdir().unwrap(),
+        }
     }
-    aws_command(&args, dir, credentials)
-        .env("XDG_CACHE_HOME", cache)
-        .env_remove("AWS_REGION")
-        .env_remove("AWS_DEFAULT_REGION")
-        .output()
-        .unwrap()
+
+    /// `hetgen plan --prices aws` against the endpoint, with or without credentials, as JSON
+    /// or for people; it must succeed.
+    #[track_caller]
+    fn plan(&self, credentials: bool, json: bool) -> Output {
+        let mut args = vec![
+            "plan",
+            "--cpu-per-gpu",
+            "50",
+            "--prices",
+            "aws",
+            "--endpoint-url",
+            &self.endpoint.url,
+        ];
+        if json {
+            args.extend(["--format", "json"]);
+        }
+        let out = aws_command(&args, self.dir.path(), credentials)
+            .env("XDG_CACHE_HOME", self.cache.path())
+            .env_remove("AWS_REGION")
+            .env_remove("AWS_DEFAULT_REGION")
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        out
+    }
 }
 
 #[test]
 fn plan_prices_the_decision_from_the_price_list_every_page_and_caches_it() {
-    let endpoint = PriceList::start();
-    let dir = tempfile::tempdir().unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    spec(dir.path());
-
-    let out = run_plan(dir.path(), cache.path(), &endpoint.url, true, true);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let setup = Setup::new();
+    let out = setup.plan(true, true);
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // Both pages were read, each asking for SageMaker in the spec's region.
-    let requests = endpoint.requests();
+    let requests = setup.endpoint.requests();
     assert_eq!(requests.len(), 2, "{requests:?}");
     for r in &requests {
         assert_eq!(r["ServiceCode"], "AmazonSageMaker");
@@ -247,11 +218,11 @@ fn plan_prices_the_decision_from_the_price_list_every_page_and_caches_it() {
 
     // The cache holds what was read, with its date; the product without an on-demand term
     // and the hosting price are not in it.
-    let cached: Value = serde_json::from_str(
-        &std::fs::read_to_string(cache.path().join("hetgen/prices/sagemaker-eu-west-1.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let cached = setup
+        .cache
+        .path()
+        .join("hetgen/prices/sagemaker-eu-west-1.json");
+    let cached: Value = serde_json::from_str(&std::fs::read_to_string(cached).unwrap()).unwrap();
     assert_eq!(cached["fetched"], today.as_str());
     assert_eq!(
         cached["prices"],
@@ -259,9 +230,8 @@ fn plan_prices_the_decision_from_the_price_list_every_page_and_caches_it() {
     );
 
     // The same day, the cache answers without a call, and the output says so.
-    let out = run_plan(dir.path(), cache.path(), &endpoint.url, true, false);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(endpoint.requests().len(), 2);
+    let out = setup.plan(true, false);
+    assert_eq!(setup.endpoint.requests().len(), 2);
     let text = stdout(&out);
     assert!(
         text.contains(&format!(
@@ -279,17 +249,12 @@ fn plan_prices_the_decision_from_the_price_list_every_page_and_caches_it() {
 
 #[test]
 fn without_credentials_plan_says_it_uses_the_catalog() {
-    let endpoint = PriceList::start();
-    let dir = tempfile::tempdir().unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    spec(dir.path());
-    let out = run_plan(dir.path(), cache.path(), &endpoint.url, false, false);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(endpoint.requests().is_empty());
-    assert!(
-        stderr(&out).contains("could not read current AWS prices (no AWS credentials found"),
-        "{}",
-        stderr(&out)
+    let setup = Setup::new();
+    let out = setup.plan(false, false);
+    assert!(setup.endpoint.requests().is_empty());
+    assert_contains(
+        &stderr(&out),
+        "could not read current AWS prices (no AWS credentials found",
     );
     let text = stdout(&out);
     assert!(
