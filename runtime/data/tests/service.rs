@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,10 +31,8 @@ fn credits_survive_many_epoch_boundaries() {
 #[test]
 fn three_servers_yield_every_sample_once_per_epoch() {
     let job = job();
-    let servers: Vec<_> = (1..=3)
-        .map(|i| TestServer::start(&job, &format!("algo-{i}"), |_| {}))
-        .collect();
-    let client = connect(&job, &hosts(&servers.iter().collect::<Vec<_>>()));
+    let servers = servers(&job, 3);
+    let client = connect(&job, &hosts(&servers));
     assert_eq!(client.samples_per_epoch(), 600);
     let mut stream = client.stream(input(&job, &client, 2, false), None);
     let batches = drain(&mut stream);
@@ -56,10 +55,8 @@ fn three_servers_yield_every_sample_once_per_epoch() {
 fn deterministic_order_is_the_same_with_one_and_three_servers() {
     let job = job();
     let order = |n: usize| {
-        let servers: Vec<_> = (1..=n)
-            .map(|i| TestServer::start(&job, &format!("algo-{i}"), |_| {}))
-            .collect();
-        let client = connect(&job, &hosts(&servers.iter().collect::<Vec<_>>()));
+        let servers = servers(&job, n);
+        let client = connect(&job, &hosts(&servers));
         let mut stream = client.stream(input(&job, &client, 2, true), None);
         drain(&mut stream)
     };
@@ -85,8 +82,11 @@ fn a_resumed_stream_yields_exactly_the_rest() {
     assert_exactly_once(&batches, 2, 600);
 }
 
-/// Hybrid input: two servers and this host's own engine as a third source.
-fn hybrid(job: &hetgen_spec::model::Job, servers: &[&TestServer]) -> hetgen_data::client::Client {
+/// Hybrid input: `servers` and this host's own engine as one more source.
+fn hybrid(
+    job: &hetgen_spec::model::Job,
+    servers: &[impl Borrow<TestServer>],
+) -> hetgen_data::client::Client {
     connect(job, &hosts(servers))
         .with_local(engine(job))
         .unwrap()
@@ -95,11 +95,8 @@ fn hybrid(job: &hetgen_spec::model::Job, servers: &[&TestServer]) -> hetgen_data
 #[test]
 fn hybrid_input_yields_every_sample_once_and_both_sides_contribute() {
     let job = job();
-    let (a, b) = (
-        TestServer::start(&job, "algo-1", |_| {}),
-        TestServer::start(&job, "algo-2", |_| {}),
-    );
-    let client = hybrid(&job, &[&a, &b]);
+    let servers = servers(&job, 2);
+    let client = hybrid(&job, &servers);
     assert_eq!(client.local_threads(), 1);
     let mut stream = client.stream(input(&job, &client, 3, false), None);
     let batches = drain(&mut stream);
@@ -122,14 +119,11 @@ fn hybrid_input_yields_every_sample_once_and_both_sides_contribute() {
 #[test]
 fn deterministic_order_is_the_same_hybrid_remote_only_and_homogeneous() {
     let job = job();
-    let (a, b) = (
-        TestServer::start(&job, "algo-1", |_| {}),
-        TestServer::start(&job, "algo-2", |_| {}),
-    );
-    let remote_client = connect(&job, &hosts(&[&a, &b]));
+    let servers = servers(&job, 2);
+    let remote_client = connect(&job, &hosts(&servers));
     let config = input(&job, &remote_client, 2, true);
     let remote = drain(&mut remote_client.stream(config.clone(), None));
-    let client = hybrid(&job, &[&a, &b]);
+    let client = hybrid(&job, &servers);
     let mixed = drain(&mut client.stream(config.clone(), None));
     let homogeneous = drain(&mut hetgen_pipeline::LocalInput::new(
         engine(&job),
@@ -149,11 +143,8 @@ fn deterministic_order_is_the_same_hybrid_remote_only_and_homogeneous() {
 #[test]
 fn a_resumed_hybrid_stream_continues_exactly() {
     let job = job();
-    let (a, b) = (
-        TestServer::start(&job, "algo-1", |_| {}),
-        TestServer::start(&job, "algo-2", |_| {}),
-    );
-    let client = hybrid(&job, &[&a, &b]);
+    let servers = servers(&job, 2);
+    let client = hybrid(&job, &servers);
     let config = input(&job, &client, 2, true);
     let whole = drain(&mut client.stream(config.clone(), None));
     let mut first = client.stream(config.clone(), None);
@@ -382,10 +373,8 @@ fn bad_requests_get_clear_statuses_and_the_server_keeps_serving() {
 #[test]
 fn shutdown_stops_every_server_within_two_seconds() {
     let job = job();
-    let servers: Vec<_> = (1..=2)
-        .map(|i| TestServer::start(&job, &format!("algo-{i}"), |_| {}))
-        .collect();
-    let client = connect(&job, &hosts(&servers.iter().collect::<Vec<_>>()));
+    let servers = servers(&job, 2);
+    let client = connect(&job, &hosts(&servers));
     let mut stream = client.stream(input(&job, &client, 1, false), None);
     stream.next_batch().unwrap().unwrap();
     let asked = Instant::now();
@@ -475,39 +464,53 @@ fn a_shard_cut_short_by_a_stop_ends_unavailable_never_ok() {
 
 /// A unary call with `body` as its HTTP body, as any HTTP/2 client could send it.
 fn raw_unary(server: &TestServer, method: &str, body: Vec<u8>) -> tonic::Status {
-    use http_body_util::BodyExt;
-    use tonic::codegen::Service;
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let mut channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
-        let request = tonic::codegen::http::Request::builder()
-            .method("POST")
-            .uri(format!(
-                "http://{}/hetgen.data.v1.DataService/{method}",
-                server.address
-            ))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("authorization", format!("Bearer {TOKEN}"))
-            .body(tonic::body::Body::new(http_body_util::Full::new(
-                bytes::Bytes::from(body),
-            )))
-            .unwrap();
-        std::future::poll_fn(|cx| channel.poll_ready(cx))
-            .await
-            .unwrap();
-        let response = channel.call(request).await.unwrap();
-        if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-            return status;
-        }
-        let collected = response.into_body().collect().await.unwrap();
-        tonic::Status::from_header_map(collected.trailers().expect("trailers")).expect("a status")
+        let body = http_body_util::Full::new(bytes::Bytes::from(body));
+        let response = raw_call(server, method, tonic::body::Body::new(body)).await;
+        status_of(response).await
     })
+}
+
+/// `body` POSTed to the data service's `method` on a connection of its own, with gRPC's
+/// headers and the job's token: what any HTTP/2 client could send, whatever the body.
+async fn raw_call(
+    server: &TestServer,
+    method: &str,
+    body: tonic::body::Body,
+) -> tonic::codegen::http::Response<tonic::body::Body> {
+    use tonic::codegen::Service;
+    let mut channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let request = tonic::codegen::http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{}/hetgen.data.v1.DataService/{method}",
+            server.address
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(body)
+        .unwrap();
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .unwrap();
+    channel.call(request).await.unwrap()
+}
+
+/// The gRPC status a response carries: in its headers when the call ended at once, else in
+/// its trailers.
+async fn status_of(response: tonic::codegen::http::Response<tonic::body::Body>) -> tonic::Status {
+    use http_body_util::BodyExt;
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
+    }
+    let collected = response.into_body().collect().await.unwrap();
+    tonic::Status::from_header_map(collected.trailers().expect("trailers")).expect("a status")
 }
 
 /// `message` as one uncompressed gRPC frame.
@@ -853,18 +856,10 @@ fn one_connection_holds_a_trainers_streams_and_a_few_calls_whatever_the_ids() {
 
 #[test]
 fn a_request_body_that_stops_arriving_is_cut_off_at_the_deadline() {
-    use http_body_util::BodyExt;
-    use tonic::codegen::Service;
     let job = job();
     let server = TestServer::start(&job, "algo-1", |_| {});
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let status = runtime.block_on(async {
-        let mut channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{}", server.address))
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
         // A frame that says 1000 bytes, 10 of them sent, and then nothing (never the end).
         let (tx, rx) =
             tokio::sync::mpsc::channel::<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>(1);
@@ -875,32 +870,12 @@ fn a_request_body_that_stops_arriving_is_cut_off_at_the_deadline() {
             .await
             .unwrap();
         let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-        let request = tonic::codegen::http::Request::builder()
-            .method("POST")
-            .uri(format!(
-                "http://{}/hetgen.data.v1.DataService/StreamShard",
-                server.address
-            ))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("authorization", format!("Bearer {TOKEN}"))
-            .body(tonic::body::Body::new(body))
-            .unwrap();
-        std::future::poll_fn(|cx| channel.poll_ready(cx))
+        let call = raw_call(&server, "StreamShard", tonic::body::Body::new(body));
+        let response = tokio::time::timeout(Duration::from_secs(30), call)
             .await
-            .unwrap();
-        let response = tokio::time::timeout(Duration::from_secs(30), channel.call(request))
-            .await
-            .expect("the server answers within its body deadline")
-            .unwrap();
+            .expect("the server answers within its body deadline");
         drop(tx);
-        match tonic::Status::from_header_map(response.headers()) {
-            Some(status) => status,
-            None => {
-                let collected = response.into_body().collect().await.unwrap();
-                tonic::Status::from_header_map(collected.trailers().unwrap()).unwrap()
-            }
-        }
+        status_of(response).await
     });
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(status.message().contains("did not arrive"), "{status:?}");
@@ -946,9 +921,7 @@ impl Batches for Slow {
 /// them, with `hybrid`); 2 epochs streamed.
 fn with_a_straggler(delay: Duration, deterministic: bool, hybrid: bool) -> (Vec<Batch>, u64, u64) {
     let job = job();
-    let fast: Vec<_> = (1..=2)
-        .map(|i| TestServer::start(&job, &format!("algo-{i}"), |_| {}))
-        .collect();
+    let fast = servers(&job, 2);
     let slow = TestServer::serving(
         Arc::new(Slow {
             engine: engine(&job),

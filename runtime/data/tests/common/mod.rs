@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -90,10 +91,23 @@ impl Drop for TestServer {
     }
 }
 
-pub fn hosts(servers: &[&TestServer]) -> Vec<(String, u16)> {
+/// Servers `algo-1` to `algo-<n>`, each configured as [`ServerConfig::new`] sets it up.
+pub fn servers(job: &Job, n: usize) -> Vec<TestServer> {
+    (1..=n)
+        .map(|i| TestServer::start(job, &format!("algo-{i}"), |_| {}))
+        .collect()
+}
+
+/// The `(address, port)` of each server, as a client connects to them.
+pub fn hosts(servers: &[impl Borrow<TestServer>]) -> Vec<(String, u16)> {
     servers
         .iter()
-        .map(|s| (s.address.ip().to_string(), s.address.port()))
+        .map(|s| {
+            (
+                s.borrow().address.ip().to_string(),
+                s.borrow().address.port(),
+            )
+        })
         .collect()
 }
 
