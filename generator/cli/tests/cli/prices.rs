@@ -261,7 +261,7 @@ fn without_credentials_plan_says_it_uses_the_catalog() {
         text.contains("prices: hetgen's catalog (us-east-1"),
         "{text}"
     );
-    // The catalog has no price it can source for the g5 types: no total, no `?`.
+    // The catalog's own price for the g5, not the Price List's $3, and no `?` for a guess.
+    assert_contains(&text, "$3.060");
     assert!(!text.contains('?'), "{text}");
-    assert!(text.contains("unpriced"), "{text}");
 }
