@@ -26,7 +26,7 @@
 mod options;
 mod prices;
 
-pub use options::{AddedData, Change, Choice, ChoiceGroup, Decision, Swap, SwapKind};
+pub use options::{AddedData, Change, Choice, Decision, Swap, SwapKind};
 pub use prices::{Price, PriceSource, Prices};
 
 use hetgen_spec::model::Role;
@@ -103,7 +103,7 @@ fn total(items: impl IntoIterator<Item = u32>, what: &'static str) -> Result<u32
         .ok_or(PlanError::Overflow { what })
 }
 
-/// One group's share of the cluster.
+/// One group's share of the cluster: of the spec's, or of an option's ([`Choice::groups`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupPlan {
     pub name: String,

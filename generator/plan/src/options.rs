@@ -11,7 +11,7 @@ use hetgen_spec::model::{Group, Role};
 use hetgen_spec::{Catalog, InstanceType, Job};
 use serde::Serialize;
 
-use crate::{PlanError, Prices, busy_cost, cap, group_plans, sides, total};
+use crate::{GroupPlan, PlanError, Prices, busy_cost, cap, group_plans, sides, total};
 
 /// SageMaker's limit on instance groups per job: an option may not need a sixth.
 const MAX_GROUPS: usize = 5;
@@ -25,8 +25,9 @@ const FULL: f64 = 1.0 - 1e-12;
 pub struct Choice {
     /// What differs from the spec.
     pub change: Change,
-    /// The resulting cluster, spec order, an added data group last.
-    pub groups: Vec<ChoiceGroup>,
+    /// The resulting cluster, spec order, an added data group last: each group counted and
+    /// priced as the plan counts the spec's own.
+    pub groups: Vec<GroupPlan>,
     /// Instances of every group together.
     pub instances: u32,
     /// Whether the cluster has a data group (of the spec's or an added one).
@@ -41,17 +42,6 @@ pub struct Choice {
     pub cost_per_busy_gpu_hour: Option<f64>,
     /// The cluster's instance types that have no known price.
     pub unpriced: Vec<String>,
-}
-
-/// One group of a [`Choice`]'s cluster.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChoiceGroup {
-    pub name: String,
-    pub role: Role,
-    pub instance_type: String,
-    pub count: u32,
-    /// For all instances of the group; `None` when the price is unknown.
-    pub price_per_hour: Option<f64>,
 }
 
 /// What a [`Choice`] changes: nothing (the cluster as written), the trainer's type, an added
@@ -393,15 +383,6 @@ fn evaluate(
         cluster_price_per_hour: price,
         cost_per_busy_gpu_hour: busy_cost(price, gpus, gpu_cap),
         unpriced,
-        groups: groups
-            .into_iter()
-            .map(|g| ChoiceGroup {
-                name: g.name,
-                role: g.role,
-                instance_type: g.instance_type,
-                count: g.count,
-                price_per_hour: g.price_per_hour,
-            })
-            .collect(),
+        groups,
     })
 }
