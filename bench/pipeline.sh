@@ -8,12 +8,9 @@
 # time, and the median of the rounds is the figure to quote. Every run is pinned to the same
 # CPU (the first this shell may use), so all three get one core.
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-3}"
 rounds="${2:-5}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
-scripts/system-deps.sh
 venv="$(scripts/bench-env.sh)"
 fixtures="$CARGO_TARGET_DIR/bench-fixtures"
 cargo build -q --release -p hetgen-pipeline --example pipeline_bench
@@ -44,7 +41,6 @@ echo
 echo
 echo "| round | hetgen images/s | torchvision images/s | DALI CPU images/s | hetgen / torchvision | hetgen / DALI | hetgen profile images/s | profile / hetgen | fused op images/s | profile / fused |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 to_tv=()
 to_dali=()
 to_row=()
@@ -54,20 +50,20 @@ for round in $(seq 1 "$rounds"); do
   b="$("${theirs[@]}" "$fixtures" "$seconds" pipeline | awk '/^torchvision-pipeline-rate/ {print $2}')"
   c="$("${dali[@]}" "$fixtures" "$seconds" | awk '/^dali-pipeline-rate/ {print $2}')"
   p="$("${profile[@]}" "$seconds" 2>/dev/null | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["samples_per_s"], 1))')"
-  q="$(awk -v a="$a" -v p="$p" 'BEGIN { printf "%.2f", p / a }')"
+  q="$(ratio "$p" "$a")"
   to_row+=("$q")
   # The engine's own cost: profile against decode + random_resized_crop alone.
   f="$("${ours[@]}" "$fixtures" "$seconds" fused | awk '/^hetgen-fused-rate/ {print $2}')"
-  g="$(awk -v f="$f" -v p="$p" 'BEGIN { printf "%.2f", p / f }')"
+  g="$(ratio "$p" "$f")"
   to_fused+=("$g")
-  r="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
-  d="$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", a / c }')"
+  r="$(ratio "$a" "$b")"
+  d="$(ratio "$a" "$c")"
   to_tv+=("$r")
   to_dali+=("$d")
   echo "| $round | $a | $b | $c | $r | $d | $p | $q | $f | $g |"
 done
 echo
-echo "hetgen / torchvision, per core (median of $rounds rounds): $(printf '%s\n' "${to_tv[@]}" | median)x"
-echo "hetgen / DALI CPU, per core (median of $rounds rounds): $(printf '%s\n' "${to_dali[@]}" | median)x"
-echo "hetgen profile --threads 1 / the pipeline row (median of $rounds rounds): $(printf '%s\n' "${to_row[@]}" | median)"
-echo "hetgen profile --threads 1 / the fused decode + random_resized_crop op (median of $rounds rounds): $(printf '%s\n' "${to_fused[@]}" | median)"
+echo "hetgen / torchvision, per core (median of $rounds rounds): $(median "${to_tv[@]}")x"
+echo "hetgen / DALI CPU, per core (median of $rounds rounds): $(median "${to_dali[@]}")x"
+echo "hetgen profile --threads 1 / the pipeline row (median of $rounds rounds): $(median "${to_row[@]}")"
+echo "hetgen profile --threads 1 / the fused decode + random_resized_crop op (median of $rounds rounds): $(median "${to_fused[@]}")"

@@ -3,12 +3,9 @@
 # and two cores, alternating rounds; the median of the per-round ratios is the figure to quote.
 #   bench/python_loader.sh [SECONDS] [ROUNDS]
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-5}"
 rounds="${2:-5}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
-scripts/system-deps.sh
 # torchvision from requirements/bench.txt: the bench venv, on top of the torch venv.
 venv="$(scripts/bench-env.sh)"
 scripts/wheel.sh --release "$venv"
@@ -34,10 +31,9 @@ for cores in 1 2; do
   for round in $(seq 1 "$rounds"); do
     a="$(run hetgen "$cores")"
     b="$(run dataloader "$cores")"
-    r="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
+    r="$(ratio "$a" "$b")"
     ratios+=("$r")
     echo "| $cores | $round | $a | $b | $r |"
   done
-  median="$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')"
-  echo "| $cores | median | | | ${median} |"
+  echo "| $cores | median | | | $(median "${ratios[@]}") |"
 done

@@ -7,12 +7,9 @@
 # charged for the other. The medians are the figures to quote.
 #   bench/python_stream.sh [SECONDS] [ROUNDS]
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-3}"
 rounds="${2:-5}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
-scripts/system-deps.sh
 venv="$(scripts/torch-env.sh)"
 scripts/wheel.sh --release "$venv"
 cargo build -q --release -p hetgen-data --example stream_bench
@@ -24,7 +21,6 @@ if [ "$cores" -lt 2 ]; then
 fi
 servers_on=(taskset -c "$((cores - 1))")
 client_on=(taskset -c 0)
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 field() { awk -v k="$1" '$1 == k {print $2}'; }
 echo "| servers | round | Rust client GB/s | hetgen.Loader GB/s | ratio | Rust client CPU s/GB | hetgen.Loader CPU s/GB |"
 echo "|---:|---:|---:|---:|---:|---:|---:|"
@@ -39,7 +35,7 @@ for servers in 1 2; do
     b="$("${client_on[@]}" "$venv/bin/python" bench/python_stream.py "$addresses" "$seconds")"
     a_rate="$(field rust-client-rate <<<"$a")" a_cpu="$(field rust-client-cpu-s-per-gb <<<"$a")"
     b_rate="$(field python-loader-rate <<<"$b")" b_cpu="$(field python-loader-cpu-s-per-gb <<<"$b")"
-    r="$(awk -v a="$a_rate" -v b="$b_rate" 'BEGIN { printf "%.2f", b / a }')"
+    r="$(ratio "$b_rate" "$a_rate")"
     ratios+=("$r") rust_cpu+=("$a_cpu") python_cpu+=("$b_cpu")
     echo "| $servers | $round | $a_rate | $b_rate | $r | $a_cpu | $b_cpu |"
   done
