@@ -8,15 +8,5 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 torch="$("$here/torch-env.sh")"
-venv="${HETGEN_BENCH_VENV:-$HOME/.cache/hetgen/bench}"
-if ! "$venv/bin/python" -c '' 2>/dev/null; then
-  if [ -d "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv")" ]; then
-    echo "bench-env: $venv exists and is not a venv; set HETGEN_BENCH_VENV elsewhere" >&2
-    exit 1
-  fi
-  python3 -m venv --clear "$venv" >&2
-fi
-site() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
-# Before pip runs, so that pip sees torch (and numpy) as installed and leaves them there.
-site "$torch" >"$(site "$venv")/hetgen-torch-env.pth"
-HETGEN_VENV="$venv" HETGEN_REQUIREMENTS=bench exec "$here/python-env.sh"
+HETGEN_VENV="${HETGEN_BENCH_VENV:-$HOME/.cache/hetgen/bench}" HETGEN_VENV_VAR=HETGEN_BENCH_VENV \
+  HETGEN_BASE_VENV="$torch" HETGEN_REQUIREMENTS=bench exec "$here/python-env.sh"

@@ -5,6 +5,9 @@
 # instead (scripts/torch-env.sh does). The venv lives outside the checkout (HETGEN_VENV, default
 # ~/.cache/hetgen/venv) so that reruns and CI's fresh clones reuse it, and pip runs only when the
 # requirements changed: a stamp in the venv records the sha256 of what it last installed.
+# HETGEN_BASE_VENV=DIR makes it stand on another venv (scripts/bench-env.sh does): a .pth file
+# puts that venv's packages on its path, so they are installed once. HETGEN_VENV_VAR is the
+# setting a caller chooses the folder with (default HETGEN_VENV), for the message that names it.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,11 +22,16 @@ want="$(sha256sum "$requirements" | cut -d' ' -f1)"
 made=""
 if ! "$venv/bin/python" -c '' 2>/dev/null; then
   if [ -d "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv")" ]; then
-    echo "$name: $venv exists and is not a venv; set HETGEN_VENV elsewhere" >&2
+    echo "$name: $venv exists and is not a venv; set ${HETGEN_VENV_VAR:-HETGEN_VENV} elsewhere" >&2
     exit 1
   fi
   python3 -m venv --clear "$venv" >&2
   made="created $venv, "
+fi
+if [ -n "${HETGEN_BASE_VENV:-}" ]; then
+  site() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+  # Before pip runs, so that pip sees the base's packages as installed and leaves them there.
+  site "$HETGEN_BASE_VENV" >"$(site "$venv")/hetgen-base-env.pth"
 fi
 
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then

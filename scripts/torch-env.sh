@@ -8,5 +8,5 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # pip builds sagemaker-training's C extension: a compiler and python3's headers first.
 "$here/system-deps.sh"
-HETGEN_VENV="${HETGEN_TORCH_VENV:-$HOME/.cache/hetgen/torch}" HETGEN_REQUIREMENTS=torch \
-  exec "$here/python-env.sh"
+HETGEN_VENV="${HETGEN_TORCH_VENV:-$HOME/.cache/hetgen/torch}" HETGEN_VENV_VAR=HETGEN_TORCH_VENV \
+  HETGEN_REQUIREMENTS=torch exec "$here/python-env.sh"
