@@ -95,16 +95,7 @@ fn a_host_runs_on_its_cpu_set() {
     let local = prepare(&homogeneous(), options);
     let first = available()[0];
     assert_eq!(local.commands[0].cpus, Some(vec![first]));
-    let mut seen = Seen::default();
-    let record = local
-        .run(&hetgen_local::StopRequests::new(), &mut seen)
-        .unwrap();
-    assert_eq!(
-        record.status,
-        hetgen_local::supervise::Status::Completed,
-        "{}",
-        seen.transcript()
-    );
+    let seen = run_to_completion(&local);
     let line = seen
         .output
         .iter()

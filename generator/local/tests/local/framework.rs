@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hetgen_local::{FrameworkRun, LocalError, RunOptions, Status, StopRequests};
+use hetgen_local::{FrameworkRun, LocalError, RunOptions};
 use hetgen_spec::Job;
 
-use crate::{Seen, env_file, job, options, prepare, script};
+use crate::{env_file, job, options, prepare, run_to_completion, script};
 
 /// The pytorch example: on AWS's image (no `image_uri`), 2 data + 2 trainer hosts.
 const PYTORCH: &str = include_str!("../../../../examples/pytorch/hetgen.toml");
@@ -75,9 +75,7 @@ fn every_host_runs_the_toolkit_s_train_with_the_bundle_and_none_of_hetgen_s_own_
     let (job, opts) = framework_job(dir.path(), &bin);
     let machine_hosts = std::fs::read("/etc/hosts").ok();
     let local = prepare(&job, opts);
-    let mut seen = Seen::default();
-    let record = local.run(&StopRequests::new(), &mut seen).unwrap();
-    assert_eq!(record.status, Status::Completed, "{}", seen.transcript());
+    run_to_completion(&local);
     assert_eq!(local.commands.len(), 4);
     // Contained hosts resolve the cluster's names; the machine's file stays as it was.
     assert_eq!(std::fs::read("/etc/hosts").ok(), machine_hosts);

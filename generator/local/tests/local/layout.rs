@@ -11,7 +11,8 @@ use hetgen_spec::model::Role;
 use serde_json::json;
 
 use crate::{
-    SAGEMAKER, TINY, env_file, homogeneous, job, options, prepare, read_json, script, with_channels,
+    SAGEMAKER, TINY, env_file, homogeneous, job, options, prepare, read_json, run_to_completion,
+    script, with_channels,
 };
 
 /// A launcher that is never run: layout tests only look at files.
@@ -634,16 +635,7 @@ fn a_host_process_sees_exactly_its_built_environment() {
     opts.caller_env
         .insert("HETGEN_AUDIT_FILE".to_owned(), "/tmp/audit".to_owned());
     let local = prepare(&job(TINY), opts);
-    let mut seen = crate::Seen::default();
-    let record = local
-        .run(&hetgen_local::StopRequests::new(), &mut seen)
-        .unwrap();
-    assert_eq!(
-        record.status,
-        hetgen_local::Status::Completed,
-        "{:?}",
-        record.failure_reason
-    );
+    run_to_completion(&local);
     for c in &local.commands {
         let env = env_file(&c.base_dir.join("output/env.txt"));
         for (k, v) in &c.env {

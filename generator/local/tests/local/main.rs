@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hetgen_local::{CpuPolicy, Exit, Host, Limits, LocalJob, Observer, RunOptions, Step, Stream};
+use hetgen_local::{
+    CpuPolicy, Exit, Host, JobRecord, Limits, LocalJob, Observer, RunOptions, Status, Step,
+    StopRequests, Stream,
+};
 use hetgen_spec::Job;
 
 /// The tiny local example: 2 × data_group (ml.c5.xlarge), 1 × dnn_group (ml.m5.xlarge).
@@ -108,6 +111,27 @@ pub fn prepare(job: &Job, options: RunOptions) -> LocalJob {
         Ok(local) => local,
         Err(e) => panic!("prepare failed: {e} ({e:?})"),
     }
+}
+
+/// Runs `local` to its end with nothing asking it to stop, and checks that it completed: what
+/// the observer was told.
+pub fn run_to_completion(local: &LocalJob) -> Seen {
+    let mut seen = Seen::default();
+    let record = local.run(&StopRequests::new(), &mut seen).unwrap();
+    assert_status(&record, Status::Completed, &seen);
+    seen
+}
+
+/// Checks that a run ended with `status`; when it did not, the failure shows why it ended and
+/// the hosts' output.
+pub fn assert_status(record: &JobRecord, status: Status, seen: &Seen) {
+    assert_eq!(
+        record.status,
+        status,
+        "{:?}\n{}",
+        record.failure_reason,
+        seen.transcript()
+    );
 }
 
 /// Everything an [`Observer`] is told, in order.

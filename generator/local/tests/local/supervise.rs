@@ -9,7 +9,9 @@ use hetgen_local::{
     JobRecord, Limits, LocalError, LocalJob, Observer, Status, StopRequests, Stream,
 };
 
-use crate::{Seen, TINY, alive, job, job_processes, options, prepare, read_json, script};
+use crate::{
+    Seen, TINY, alive, assert_status, job, job_processes, options, prepare, read_json, script,
+};
 
 /// Script lines that tell the test (and other hosts) this host got going.
 const READY: &str = r#"JOB_DIR="$SAGEMAKER_BASE_DIR/../.."
@@ -47,6 +49,49 @@ fn trainer(local: &LocalJob) -> &hetgen_local::HostCommand {
         .iter()
         .find(|c| c.host.group == "dnn_group")
         .unwrap()
+}
+
+/// Prepares TINY with `body` as every host's program and [`run`]s it with nothing asking it to
+/// stop: the folder it ran in (the hosts' logs and outputs are there), the job, what the
+/// observer was told, the record and how long the run took.
+fn run_tiny(
+    body: &str,
+    limits: Limits,
+) -> (tempfile::TempDir, LocalJob, Seen, JobRecord, Duration) {
+    run_tiny_stopped(body, limits, 0)
+}
+
+/// [`run_tiny`], asking for a stop `stops` times, 300 ms apart, from another thread once every
+/// host is ready (its program ran [`READY`]).
+fn run_tiny_stopped(
+    body: &str,
+    limits: Limits,
+    stops: usize,
+) -> (tempfile::TempDir, LocalJob, Seen, JobRecord, Duration) {
+    let (dir, local) = tiny(body, limits);
+    let stop = StopRequests::new();
+    let requester = (stops > 0).then(|| {
+        let job_dir = local.layout.job_dir.clone();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            for h in ["algo-1", "algo-2", "algo-3"] {
+                wait_for(&job_dir.join(format!("ready-{h}")));
+            }
+            for i in 0..stops {
+                if i > 0 {
+                    thread::sleep(Duration::from_millis(300));
+                }
+                stop.request();
+            }
+        })
+    });
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &stop, &mut seen);
+    if let Some(requester) = requester {
+        requester.join().unwrap();
+    }
+    (dir, local, seen, record, started.elapsed())
 }
 
 /// Runs the job, checks the record on disk is the one returned, and that nothing of the job is
@@ -130,6 +175,13 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// Checks that every data host was ended by SIGTERM.
+fn assert_data_hosts_got_sigterm(record: &JobRecord) {
+    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
+    }
+}
+
 #[test]
 fn a_job_whose_hosts_all_exit_0_completes_with_a_record() {
     let body = r#"
@@ -142,17 +194,9 @@ if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
 fi
 printf 'no newline at the end'
 "#;
-    let (_dir, local) = tiny(body, limits(20.0, 1.0));
-    let mut seen = Seen::default();
-    let record = run(&local, &StopRequests::new(), &mut seen);
+    let (_dir, local, seen, record, _) = run_tiny(body, limits(20.0, 1.0));
 
-    assert_eq!(
-        record.status,
-        Status::Completed,
-        "{:?}\n{}",
-        record.failure_reason,
-        seen.transcript()
-    );
+    assert_status(&record, Status::Completed, &seen);
     assert_eq!(record.secondary_status, "Completed");
     assert_eq!(record.failure_reason, None);
     assert_eq!(record.job_name, "tiny-local");
@@ -260,10 +304,8 @@ fn limits_too_far_off_to_be_an_instant_are_no_limits() {
         grace: Duration::MAX,
     };
     let body = "if [ \"$SM_CURRENT_INSTANCE_GROUP\" = dnn_group ]; then exit 3; fi";
-    let (_dir, local) = tiny(body, huge);
-    let mut seen = Seen::default();
-    let record = run(&local, &StopRequests::new(), &mut seen);
-    assert_eq!(record.status, Status::Failed, "{}", seen.transcript());
+    let (_dir, _, seen, record, _) = run_tiny(body, huge);
+    assert_status(&record, Status::Failed, &seen);
 }
 
 #[test]
@@ -283,14 +325,10 @@ exit 3
 "#
     );
     let grace = 1.0;
-    let (_dir, local) = tiny(&body, limits(20.0, grace));
-    let mut seen = Seen::default();
-    let started = Instant::now();
-    let record = run(&local, &StopRequests::new(), &mut seen);
-    let took = started.elapsed();
+    let (_dir, local, seen, record, took) = run_tiny(&body, limits(20.0, grace));
 
     let trainer = trainer(&local);
-    assert_eq!(record.status, Status::Failed, "{}", seen.transcript());
+    assert_status(&record, Status::Failed, &seen);
     assert_eq!(record.secondary_status, "Failed");
     assert_eq!(
         record.failure_reason.as_deref(),
@@ -344,12 +382,9 @@ exit 1
 "#
     );
     // A long grace period: the data hosts must not need it.
-    let (_dir, local) = tiny(&body, limits(20.0, 30.0));
-    let mut seen = Seen::default();
-    let started = Instant::now();
-    let record = run(&local, &StopRequests::new(), &mut seen);
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(record.status, Status::Failed);
+    let (_dir, local, seen, record, took) = run_tiny(&body, limits(20.0, 30.0));
+    assert!(took < Duration::from_secs(10));
+    assert_status(&record, Status::Failed, &seen);
     let trainer = trainer(&local);
     assert_eq!(
         record.failure_reason.as_deref(),
@@ -362,9 +397,7 @@ exit 1
         ),
         "without output/failure the exit status is the reason"
     );
-    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
-        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
-    }
+    assert_data_hosts_got_sigterm(&record);
 }
 
 #[test]
@@ -397,7 +430,7 @@ wait
     let killed = killer.join().unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    assert_eq!(record.status, Status::Failed, "{}", seen.transcript());
+    assert_status(&record, Status::Failed, &seen);
     assert_eq!(
         record.failure_reason.as_deref(),
         Some(
@@ -418,9 +451,7 @@ wait
     let child = read_pid(&trainer.base_dir.join("output/child.pid"));
     assert!(!alive(child), "the killed host's child {child} survived it");
     // `exec sleep` heeds SIGTERM.
-    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
-        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
-    }
+    assert_data_hosts_got_sigterm(&record);
 }
 
 #[test]
@@ -431,13 +462,9 @@ if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
 fi
 while :; do sleep 0.1; done
 "#;
-    let (_dir, local) = tiny(body, limits(0.5, 1.0));
-    let mut seen = Seen::default();
-    let started = Instant::now();
-    let record = run(&local, &StopRequests::new(), &mut seen);
-    let took = started.elapsed();
+    let (_dir, _, seen, record, took) = run_tiny(body, limits(0.5, 1.0));
 
-    assert_eq!(record.status, Status::Stopped);
+    assert_status(&record, Status::Stopped, &seen);
     assert_eq!(record.secondary_status, "MaxRuntimeExceeded");
     let reason = record.failure_reason.clone().unwrap();
     assert!(
@@ -482,27 +509,8 @@ fn the_supervisor_sleeps_while_it_waits_out_the_grace_period() {
 #[test]
 fn a_stop_request_stops_the_job() {
     let body = format!("{READY}\nsleep 30\n");
-    let (_dir, local) = tiny(&body, limits(20.0, 30.0));
-    let stop = StopRequests::new();
-    let job_dir = local.layout.job_dir.clone();
-    let requester = {
-        let stop = stop.clone();
-        thread::spawn(move || {
-            for h in ["algo-1", "algo-2", "algo-3"] {
-                wait_for(&job_dir.join(format!("ready-{h}")));
-            }
-            stop.request();
-        })
-    };
-    let mut seen = Seen::default();
-    let started = Instant::now();
-    let record = run(&local, &stop, &mut seen);
-    requester.join().unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+    let (_dir, _, seen, record, took) = run_tiny_stopped(&body, limits(20.0, 30.0), 1);
+    assert!(took < Duration::from_secs(10), "{took:?}");
 
     assert_eq!(record.status, Status::Stopped);
     assert_eq!(record.secondary_status, "Stopped");
@@ -522,26 +530,9 @@ fn a_stop_request_stops_the_job() {
 fn a_second_stop_request_kills_at_once() {
     let body =
         format!("trap 'echo \"SIGTERM, ignored\"' TERM\n{READY}\nwhile :; do sleep 0.1; done\n");
-    let (_dir, local) = tiny(&body, limits(20.0, 60.0));
-    let stop = StopRequests::new();
-    let job_dir = local.layout.job_dir.clone();
-    let requester = {
-        let stop = stop.clone();
-        thread::spawn(move || {
-            for h in ["algo-1", "algo-2", "algo-3"] {
-                wait_for(&job_dir.join(format!("ready-{h}")));
-            }
-            stop.request();
-            thread::sleep(Duration::from_millis(300));
-            stop.request();
-        })
-    };
-    let mut seen = Seen::default();
-    let started = Instant::now();
-    let record = run(&local, &stop, &mut seen);
-    requester.join().unwrap();
+    let (_dir, _, _, record, took) = run_tiny_stopped(&body, limits(20.0, 60.0), 2);
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        took < Duration::from_secs(10),
         "did not wait out the 60 s grace period"
     );
     assert_eq!(record.status, Status::Stopped);
@@ -608,16 +599,8 @@ while [ ! -e "$JOB_DIR/trainer-done" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+
 sleep 0.5
 echo "shut down"
 "#;
-    let (_dir, local) = tiny(body, limits(20.0, 1.0));
-    let mut seen = Seen::default();
-    let record = run(&local, &StopRequests::new(), &mut seen);
-    assert_eq!(
-        record.status,
-        Status::Completed,
-        "{:?}\n{}",
-        record.failure_reason,
-        seen.transcript()
-    );
+    let (_dir, _, seen, record, _) = run_tiny(body, limits(20.0, 1.0));
+    assert_status(&record, Status::Completed, &seen);
     for h in record.hosts.iter().filter(|h| h.group == "data_group") {
         // Not signalled (a TERM would end `sleep` and the shell with signal 15): it exited itself.
         assert_eq!((h.exit_code, h.signal), (Some(0), None), "{h:?}");
@@ -637,10 +620,8 @@ fn data_hosts_that_never_exit_keep_the_job_running_until_its_max_runtime() {
 if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then exit 0; fi
 exec sleep 30
 "#;
-    let (_dir, local) = tiny(body, limits(0.8, 1.0));
-    let mut seen = Seen::default();
-    let record = run(&local, &StopRequests::new(), &mut seen);
-    assert_eq!(record.status, Status::Stopped);
+    let (_dir, _, seen, record, _) = run_tiny(body, limits(0.8, 1.0));
+    assert_status(&record, Status::Stopped, &seen);
     assert_eq!(record.secondary_status, "MaxRuntimeExceeded");
     let trainer = record
         .hosts
@@ -648,9 +629,7 @@ exec sleep 30
         .find(|h| h.group == "dnn_group")
         .unwrap();
     assert_eq!(trainer.exit_code, Some(0));
-    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
-        assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
-    }
+    assert_data_hosts_got_sigterm(&record);
 }
 
 #[test]
