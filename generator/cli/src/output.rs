@@ -53,6 +53,14 @@ pub fn render_report(report: &hetgen_spec::Report) -> String {
     out
 }
 
+/// A `--format json` result on stdout, pretty-printed.
+pub fn print_json(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("JSON serializes")
+    );
+}
+
 pub fn summary(report: &hetgen_spec::Report) -> String {
     let verdict = if report.has_errors() {
         "invalid"

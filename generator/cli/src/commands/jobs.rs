@@ -2,23 +2,24 @@
 
 use std::process::ExitCode;
 
-use hetgen_deploy::jobs;
+use hetgen_deploy::{DeployError, SageMakerClient, jobs};
 
-use crate::cli::{Format, ListArgs, StatusArgs, StopArgs};
+use crate::cli::{AwsArgs, Format, ListArgs, StatusArgs, StopArgs};
 use crate::exit::Failure;
+use crate::output::print_json;
+
+/// A SageMaker client as the AWS flags say, its credentials resolved up front.
+async fn sagemaker(aws: &AwsArgs) -> Result<SageMakerClient, DeployError> {
+    Ok(hetgen_deploy::Aws::connect(&aws.connection(), None)
+        .await?
+        .sagemaker())
+}
 
 pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
-    let status = super::block_on(async {
-        let client = hetgen_deploy::Aws::connect(&args.aws.connection(), None)
-            .await?
-            .sagemaker();
-        jobs::describe(&client, &args.job).await
-    })?;
+    let status =
+        super::block_on(async { jobs::describe(&sagemaker(&args.aws).await?, &args.job).await })?;
     match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&status).expect("JSON serializes")
-        ),
+        Format::Json => print_json(&status),
         Format::Human => {
             let secondary = status
                 .secondary_status
@@ -46,12 +47,7 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn stop(args: &StopArgs) -> Result<ExitCode, Failure> {
-    super::block_on(async {
-        let client = hetgen_deploy::Aws::connect(&args.aws.connection(), None)
-            .await?
-            .sagemaker();
-        jobs::stop(&client, &args.job).await
-    })?;
+    super::block_on(async { jobs::stop(&sagemaker(&args.aws).await?, &args.job).await })?;
     eprintln!(
         "stopping training job `{}`: every instance gets SIGTERM and 120 s to exit",
         args.job
@@ -60,17 +56,9 @@ pub fn stop(args: &StopArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn list(args: &ListArgs) -> Result<ExitCode, Failure> {
-    let jobs = super::block_on(async {
-        let client = hetgen_deploy::Aws::connect(&args.aws.connection(), None)
-            .await?
-            .sagemaker();
-        jobs::list(&client, args.max).await
-    })?;
+    let jobs = super::block_on(async { jobs::list(&sagemaker(&args.aws).await?, args.max).await })?;
     match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&jobs).expect("JSON serializes")
-        ),
+        Format::Json => print_json(&jobs),
         Format::Human => {
             for j in &jobs {
                 println!(

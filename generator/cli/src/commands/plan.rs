@@ -11,6 +11,7 @@ use miette::Diagnostic;
 
 use crate::cli::{self, CompareArgs, Format, PlanArgs};
 use crate::exit::Failure;
+use crate::output::print_json;
 
 pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let (job, _) = super::load(&args.spec)?;
@@ -28,10 +29,7 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     };
     let plan = hetgen_plan::plan(&job, catalog, &prices, cpu_per_gpu, rate, args.options)?;
     match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&plan).expect("JSON serializes")
-        ),
+        Format::Json => print_json(&plan),
         Format::Human => print!("{}", plan_table(&plan)),
     }
     Ok(ExitCode::SUCCESS)
@@ -196,32 +194,24 @@ fn options_table(d: &Demand) -> String {
         "{:>3}  {:<width$} {:<11} {:>8} {:>12} {:>14}\n",
         "#", "option", "data group", "GPU util", "cluster $/h", "$/busy GPU-h"
     );
-    let priced: Vec<_> = d
+    let (priced, unpriced): (Vec<_>, Vec<_>) = d
         .options
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.cost_per_busy_gpu_hour.is_some())
-        .collect();
-    let unpriced: Vec<_> = d
-        .options
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.cost_per_busy_gpu_hour.is_none())
-        .collect();
+        .partition(|(_, c)| c.cost_per_busy_gpu_hour.is_some());
     let mut out = String::new();
-    if !priced.is_empty() {
-        out += "\nways to run it, cheapest per busy GPU-hour first:\n";
-        out += &header;
-        for (i, c) in priced {
-            out += &row(i, c);
-        }
-    }
-    if !unpriced.is_empty() {
-        out +=
-            "\nunpriced (a type has no known price; not summed), highest GPU utilisation first:\n";
-        out += &header;
-        for (i, c) in unpriced {
-            out += &row(i, c);
+    for (title, options) in [
+        ("ways to run it, cheapest per busy GPU-hour first", priced),
+        (
+            "unpriced (a type has no known price; not summed), highest GPU utilisation first",
+            unpriced,
+        ),
+    ] {
+        if !options.is_empty() {
+            out += &format!("\n{title}:\n{header}");
+            for (i, c) in options {
+                out += &row(i, c);
+            }
         }
     }
     out
@@ -410,10 +400,7 @@ pub fn compare(args: &CompareArgs) -> Result<ExitCode, Failure> {
         },
     )?;
     match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&result).expect("JSON serializes")
-        ),
+        Format::Json => print_json(&result),
         Format::Human => {
             println!(
                 "{:<10} {:<40} {:>9} {:>10} {:>10} {:>14}",

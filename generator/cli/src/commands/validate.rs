@@ -10,10 +10,7 @@ pub fn run(args: &ValidateArgs) -> Result<ExitCode, Failure> {
     let checked = super::check(&args.spec)?;
     let report = &checked.report;
     match args.format {
-        Format::Json => {
-            let json = serde_json::to_string_pretty(&report.to_json()).expect("JSON serializes");
-            println!("{json}");
-        }
+        Format::Json => output::print_json(&report.to_json()),
         Format::Human => eprint!("{}", output::render_report(report)),
     }
     Ok(if report.has_errors() {
