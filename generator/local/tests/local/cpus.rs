@@ -84,13 +84,7 @@ fn catalog_shares_follow_the_instance_types_vcpus() {
 
 #[test]
 fn a_host_runs_on_its_cpu_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let launcher = script(
-        dir.path(),
-        "launcher.sh",
-        "grep Cpus_allowed_list /proc/self/status",
-    );
-    let mut options = options(dir.path(), &launcher);
+    let (_dir, mut options) = launcher_options("grep Cpus_allowed_list /proc/self/status");
     options.cpus = CpuPolicy::PerHost(1);
     let local = prepare(&homogeneous(), options);
     let first = available()[0];

@@ -11,8 +11,8 @@ use hetgen_spec::model::Role;
 use serde_json::json;
 
 use crate::{
-    SAGEMAKER, TINY, env_file, homogeneous, job, options, prepare, read_json, run_to_completion,
-    script, with_channels,
+    SAGEMAKER, TINY, env_file, homogeneous, job, launcher_options, options, prepare, read_json,
+    run_to_completion, with_channels,
 };
 
 /// A launcher that is never run: layout tests only look at files.
@@ -623,13 +623,7 @@ fn the_environment_is_built_not_inherited() {
 #[test]
 fn a_host_process_sees_exactly_its_built_environment() {
     // The environment above is what the process gets, not added to the caller's.
-    let dir = tempfile::tempdir().unwrap();
-    let launcher = script(
-        dir.path(),
-        "dump-env",
-        "env > \"$SAGEMAKER_BASE_DIR/output/env.txt\"",
-    );
-    let mut opts = options(dir.path(), &launcher);
+    let (_dir, mut opts) = launcher_options("env > \"$SAGEMAKER_BASE_DIR/output/env.txt\"");
     opts.caller_env
         .insert("UNRELATED_CALLER_VARIABLE".to_owned(), "x".to_owned());
     opts.caller_env

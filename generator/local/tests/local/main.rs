@@ -105,6 +105,15 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     panic!("{} stayed busy", path.display());
 }
 
+/// A fresh folder, and options for a run in it with a stand-in launcher of `body` (see
+/// [`script`]) on every host.
+pub fn launcher_options(body: &str) -> (tempfile::TempDir, RunOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let launcher = script(dir.path(), "launcher", body);
+    let opts = options(dir.path(), &launcher);
+    (dir, opts)
+}
+
 /// `prepare`, panicking with the error.
 pub fn prepare(job: &Job, options: RunOptions) -> LocalJob {
     match hetgen_local::prepare(job, options) {

@@ -10,7 +10,8 @@ use hetgen_local::{
 };
 
 use crate::{
-    Seen, TINY, alive, assert_status, job, job_processes, options, prepare, read_json, script,
+    Seen, TINY, alive, assert_status, job, job_processes, launcher_options, options, prepare,
+    read_json,
 };
 
 /// Script lines that tell the test (and other hosts) this host got going.
@@ -24,9 +25,7 @@ while [ "$(ls "$JOB_DIR" | grep -c '^ready-')" -lt 2 ] && [ $n -lt 200 ]; do sle
 
 /// Prepares TINY in a fresh folder with `body` as every host's program.
 fn tiny(body: &str, limits: Limits) -> (tempfile::TempDir, LocalJob) {
-    let dir = tempfile::tempdir().unwrap();
-    let launcher = script(dir.path(), "launcher", body);
-    let mut opts = options(dir.path(), &launcher);
+    let (dir, mut opts) = launcher_options(body);
     opts.limits = limits;
     let local = prepare(&job(TINY), opts);
     (dir, local)
