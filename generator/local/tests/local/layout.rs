@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::{
     SAGEMAKER, TINY, env_file, homogeneous, job, launcher_options, options, prepare, read_json,
-    run_to_completion, with_channels,
+    refused, run_to_completion, with_channels,
 };
 
 /// A launcher that is never run: layout tests only look at files.
@@ -20,10 +20,11 @@ fn no_launcher(dir: &Path) -> std::path::PathBuf {
     dir.join("never-run")
 }
 
-fn tiny_with_seed(seed: u64) -> (tempfile::TempDir, LocalJob) {
+/// TINY prepared in a fresh folder with `seed` (`None`: a random one).
+fn tiny_with_seed(seed: Option<u64>) -> (tempfile::TempDir, LocalJob) {
     let dir = tempfile::tempdir().unwrap();
     let mut opts = options(dir.path(), &no_launcher(dir.path()));
-    opts.seed = Some(seed);
+    opts.seed = seed;
     let local = prepare(&job(TINY), opts);
     (dir, local)
 }
@@ -41,8 +42,8 @@ fn assignment(local: &LocalJob) -> BTreeMap<String, String> {
 
 #[test]
 fn host_names_are_handed_out_over_the_groups_in_a_seeded_shuffle() {
-    let (_a, first) = tiny_with_seed(11);
-    let (_b, again) = tiny_with_seed(11);
+    let (_a, first) = tiny_with_seed(Some(11));
+    let (_b, again) = tiny_with_seed(Some(11));
 
     let names: Vec<String> = first
         .layout
@@ -98,7 +99,7 @@ fn host_names_are_handed_out_over_the_groups_in_a_seeded_shuffle() {
     // The trainer is not always algo-1 (or any fixed name): seeds give different orders.
     let orders: BTreeSet<Vec<(String, String)>> = (0..24)
         .map(|seed| {
-            let (_dir, local) = tiny_with_seed(seed);
+            let (_dir, local) = tiny_with_seed(Some(seed));
             assignment(&local).into_iter().collect()
         })
         .collect();
@@ -118,7 +119,7 @@ fn host_names_are_handed_out_over_the_groups_in_a_seeded_shuffle() {
 
 #[test]
 fn every_host_has_its_own_loopback_address_in_the_hosts_file() {
-    let (_dir, local) = tiny_with_seed(3);
+    let (_dir, local) = tiny_with_seed(Some(3));
     let hosts = &local.layout.cluster.hosts;
     let addresses: BTreeSet<Ipv4Addr> = hosts.iter().map(|h| h.address).collect();
     assert_eq!(
@@ -171,15 +172,8 @@ fn parallel_runs_get_different_address_blocks() {
     // Every run picks its own block, seeded or not (the seed orders hosts only), so their data
     // servers do not collide.
     for seed in [None, Some(7)] {
-        let runs: Vec<(tempfile::TempDir, LocalJob)> = (0..4)
-            .map(|_| {
-                let dir = tempfile::tempdir().unwrap();
-                let mut opts = options(dir.path(), &no_launcher(dir.path()));
-                opts.seed = seed;
-                let local = prepare(&job(TINY), opts);
-                (dir, local)
-            })
-            .collect();
+        let runs: Vec<(tempfile::TempDir, LocalJob)> =
+            (0..4).map(|_| tiny_with_seed(seed)).collect();
         let blocks: BTreeSet<[u8; 3]> = runs
             .iter()
             .map(|(_, l)| {
@@ -196,7 +190,7 @@ fn parallel_runs_get_different_address_blocks() {
 
 #[test]
 fn resourceconfig_is_what_sagemaker_writes_on_each_host() {
-    let (_dir, local) = tiny_with_seed(5);
+    let (_dir, local) = tiny_with_seed(Some(5));
     let cluster = &local.layout.cluster;
     let hosts_in = |group: &str| -> Vec<String> {
         cluster
@@ -311,7 +305,7 @@ fn a_one_group_job_is_a_homogeneous_cluster() {
 
 #[test]
 fn every_host_tree_has_the_sagemaker_folders_and_config_files() {
-    let (_dir, local) = tiny_with_seed(1);
+    let (_dir, local) = tiny_with_seed(Some(1));
     for host in &local.layout.cluster.hosts {
         let base = local.layout.host_dir(host);
         assert_eq!(base, local.layout.job_dir.join("hosts").join(&host.name));
@@ -732,10 +726,8 @@ fn a_missing_channel_folder_is_a_clear_error() {
     let job = with_channels(
         "[[channel]]\nname = \"training\"\nuri = \"s3://bucket/train/\"\nlocal_path = \"not-there\"\ninstance_groups = [\"data_group\"]\n",
     );
-    let opts = options(dir.path(), &no_launcher(dir.path()));
-    let job_dir = opts.job_dir.clone();
-    match hetgen_local::prepare(&job, opts) {
-        Err(e @ LocalError::ChannelFolder { .. }) => {
+    match refused(&job, options(dir.path(), &no_launcher(dir.path()))) {
+        e @ LocalError::ChannelFolder { .. } => {
             let message = e.to_string();
             assert!(message.contains("`training`"), "{message}");
             assert!(
@@ -745,18 +737,14 @@ fn a_missing_channel_folder_is_a_clear_error() {
         }
         other => panic!("a missing channel folder gave {other:?}"),
     }
-    assert!(
-        !job_dir.exists(),
-        "a run that cannot start leaves no job folder"
-    );
 }
 
 #[test]
 fn a_channel_only_in_s3_cannot_run_locally() {
     let dir = tempfile::tempdir().unwrap();
     let job = with_channels("[[channel]]\nname = \"training\"\nuri = \"s3://bucket/train/\"\n");
-    match hetgen_local::prepare(&job, options(dir.path(), &no_launcher(dir.path()))) {
-        Err(e @ LocalError::RemoteChannel { .. }) => {
+    match refused(&job, options(dir.path(), &no_launcher(dir.path()))) {
+        e @ LocalError::RemoteChannel { .. } => {
             let message = e.to_string();
             assert!(message.contains("s3://bucket/train/"), "{message}");
         }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hetgen_local::{
-    CpuPolicy, Exit, Host, JobRecord, Limits, LocalJob, Observer, RunOptions, Status, Step,
-    StopRequests, Stream,
+    CpuPolicy, Exit, Host, JobRecord, Limits, LocalError, LocalJob, Observer, RunOptions, Status,
+    Step, StopRequests, Stream,
 };
 use hetgen_spec::Job;
 
@@ -112,6 +112,18 @@ pub fn launcher_options(body: &str) -> (tempfile::TempDir, RunOptions) {
     let launcher = script(dir.path(), "launcher", body);
     let opts = options(dir.path(), &launcher);
     (dir, opts)
+}
+
+/// The error of a `prepare` that must fail, after checking that it laid nothing out: a run that
+/// cannot start leaves no job folder.
+pub fn refused(job: &Job, options: RunOptions) -> LocalError {
+    let job_dir = options.job_dir.clone();
+    let err = match hetgen_local::prepare(job, options) {
+        Err(e) => e,
+        Ok(local) => panic!("prepare accepted what it must refuse: {local:?}"),
+    };
+    assert!(!job_dir.exists(), "{err} left {}", job_dir.display());
+    err
 }
 
 /// `prepare`, panicking with the error.
