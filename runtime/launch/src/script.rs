@@ -294,21 +294,9 @@ fn script_error(lines: &[String]) -> String {
         .join("\n")
 }
 
-/// Instance types with EFA for NCCL, and those whose EFA also does RDMA: the lists of AWS's
-/// training toolkit (`sagemaker-training` 5.1), which sets the variables below for them when it
-/// starts torchrun itself.
-const EFA_TYPES: &[&str] = &[
-    "ml.g4dn.8xlarge",
-    "ml.g4dn.12xlarge",
-    "ml.g5.48xlarge",
-    "ml.p3dn.24xlarge",
-    "ml.p4d.24xlarge",
-    "ml.p4de.24xlarge",
-    "ml.p5.48xlarge",
-    "ml.p5e.48xlarge",
-    "ml.trn1.32xlarge",
-    "ml.p6e-gb200.36xlarge",
-];
+/// Instance types with EFA for NCCL: those whose EFA also does RDMA and those whose EFA does
+/// not, together the lists of AWS's training toolkit (`sagemaker-training` 5.1), which sets the
+/// variables below for them when it starts torchrun itself.
 const EFA_RDMA_TYPES: &[&str] = &[
     "ml.p4d.24xlarge",
     "ml.p4de.24xlarge",
@@ -316,6 +304,12 @@ const EFA_RDMA_TYPES: &[&str] = &[
     "ml.p5e.48xlarge",
     "ml.trn1.32xlarge",
     "ml.p6e-gb200.36xlarge",
+];
+const EFA_WITHOUT_RDMA_TYPES: &[&str] = &[
+    "ml.g4dn.8xlarge",
+    "ml.g4dn.12xlarge",
+    "ml.g5.48xlarge",
+    "ml.p3dn.24xlarge",
 ];
 
 /// The collective back ends' settings for this host, as AWS's training toolkit sets them for
@@ -331,10 +325,11 @@ fn collective_environment(env: &Env) -> Vec<(&'static str, String)> {
     }
     vars.push(("NCCL_PROTO", "simple".to_owned()));
     let instance_type = env.resources.current_instance_type.as_str();
-    if EFA_TYPES.contains(&instance_type) {
+    let rdma = EFA_RDMA_TYPES.contains(&instance_type);
+    if rdma || EFA_WITHOUT_RDMA_TYPES.contains(&instance_type) {
         vars.push(("FI_PROVIDER", "efa".to_owned()));
     }
-    if EFA_RDMA_TYPES.contains(&instance_type) {
+    if rdma {
         vars.push(("FI_EFA_USE_DEVICE_RDMA", "1".to_owned()));
         vars.push(("RDMAV_FORK_SAFE", "1".to_owned()));
     }
@@ -446,11 +441,16 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
         );
     }
 
+    /// The collective settings of a host of `instance_type`, by name.
+    fn collective_settings(instance_type: &str) -> BTreeMap<&'static str, String> {
+        collective_environment(&env(instance_type, "eth0"))
+            .into_iter()
+            .collect()
+    }
+
     #[test]
     fn torchrun_gets_the_toolkit_s_collective_settings() {
-        let vars: BTreeMap<_, _> = collective_environment(&env("ml.p4d.24xlarge", "eth0"))
-            .into_iter()
-            .collect();
+        let vars = collective_settings("ml.p4d.24xlarge");
         assert_eq!(vars["NCCL_SOCKET_IFNAME"], "eth0");
         assert_eq!(vars["GLOO_SOCKET_IFNAME"], "eth0");
         assert_eq!(vars["NCCL_PROTO"], "simple");
@@ -459,9 +459,7 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
         assert_eq!(vars["RDMAV_FORK_SAFE"], "1");
 
         // EFA without RDMA, and an instance without EFA or a known interface.
-        let g5: BTreeMap<_, _> = collective_environment(&env("ml.g5.48xlarge", "eth0"))
-            .into_iter()
-            .collect();
+        let g5 = collective_settings("ml.g5.48xlarge");
         assert_eq!(g5["FI_PROVIDER"], "efa");
         assert!(!g5.contains_key("FI_EFA_USE_DEVICE_RDMA"));
         let small: Vec<&str> = collective_environment(&env("ml.g5.xlarge", ""))

@@ -30,10 +30,10 @@ pub fn run(
     };
     let input = hetgen_data::input::decide(job, Some(env), &asked)
         .map_err(|e| format!("--input remote: {e}"))?;
-    let training = Training::new(job, trainer, env, args);
+    let training = Training::new(job, trainer, env, stages, args);
     match input.mode {
-        Mode::Local => local(&training, env, stages, input.threads),
-        Mode::Remote => remote(&training, env, stages, input.threads),
+        Mode::Local => training.local(input.threads),
+        Mode::Remote => training.remote(input.threads),
     }
 }
 
@@ -43,6 +43,8 @@ type Open<'a> = dyn FnMut(Option<Position>) -> Result<Box<dyn BatchStream>, BoxE
 /// What training (or `--input-only`'s draining) takes besides its input.
 struct Training<'a> {
     job: &'a Job,
+    env: &'a Env,
+    stages: &'a StageRegistry,
     paths: Paths,
     options: Options,
     input_only: bool,
@@ -51,9 +53,17 @@ struct Training<'a> {
 }
 
 impl<'a> Training<'a> {
-    fn new(job: &'a Job, trainer: &BuiltinTrainer, env: &Env, args: &Args) -> Self {
+    fn new(
+        job: &'a Job,
+        trainer: &BuiltinTrainer,
+        env: &'a Env,
+        stages: &'a StageRegistry,
+        args: &Args,
+    ) -> Self {
         Self {
             job,
+            env,
+            stages,
             paths: Paths {
                 model_dir: env.paths.model_dir(),
                 checkpoint_dir: env.paths.checkpoint_dir(),
@@ -69,6 +79,84 @@ impl<'a> Training<'a> {
             },
             deterministic: trainer.deterministic,
         }
+    }
+
+    /// Train on the pipeline on this instance's own cores (`threads` workers).
+    fn local(&self, threads: usize) -> Result<Summary, BoxError> {
+        let (job, env) = (self.job, self.env);
+        let engine = Arc::new(Engine::new(
+            job,
+            self.stages,
+            &env.channel_dirs,
+            Some(threads),
+        )?);
+        tracing::info!(
+            threads = engine.threads(),
+            "input: the pipeline on this instance's own cores"
+        );
+        let result = self.train_on(
+            engine.samples_per_epoch(),
+            |config, start| LocalInput::new(engine.clone(), config, start),
+            |s| s.local_threads = engine.threads() as u32,
+        );
+        if !data_hosts(job, env).is_empty() {
+            // `--input local` on a heterogeneous job: its data hosts served nothing, but they
+            // must still end with the trainer rather than by their watchdog.
+            shutdown_unused(job, env, &result);
+        }
+        Ok(result?)
+    }
+
+    /// Train on the job's data servers, with this host's own pipeline beside them when
+    /// `threads` is not 0 (hybrid), and stop the servers after.
+    fn remote(&self, threads: usize) -> Result<Summary, BoxError> {
+        let (job, env) = (self.job, self.env);
+        let client = connect_to_job(job, env, trainer_id(env, 0), None, |_| {})?;
+        let client = match threads {
+            0 => {
+                tracing::info!("input: the data servers");
+                client
+            }
+            threads => {
+                tracing::info!(
+                    threads,
+                    "input: the data servers and this host's own pipeline (hybrid)"
+                );
+                let engine = Engine::new(job, self.stages, &env.channel_dirs, Some(threads))?;
+                client.with_local(Arc::new(engine))?
+            }
+        };
+        let result = self.train_on(
+            client.samples_per_epoch(),
+            |config, start| client.stream(config, start),
+            |s| {
+                s.batches_by_source = client.batches_by_source();
+                s.local_threads = client.local_threads() as u32;
+                s.backup_shards = client.backup_shards();
+                s.duplicate_batches = client.duplicate_batches();
+            },
+        );
+        shutdown(&client, &result);
+        Ok(result?)
+    }
+
+    /// Train on the streams `stream` opens for a source of `samples_per_epoch` (each audited
+    /// when the environment asks, `hetgen_data::audit`), let `input` add to the summary what
+    /// only the input knows, and record the run.
+    fn train_on<S: BatchStream + 'static>(
+        &self,
+        samples_per_epoch: u64,
+        stream: impl Fn(InputConfig, Option<Position>) -> S,
+        input: impl FnOnce(&mut Summary),
+    ) -> Result<Summary, hetgen_trainer::TrainError> {
+        let config = self.config(samples_per_epoch);
+        let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
+            let stream = stream(config.clone(), start);
+            Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
+        };
+        let mut summary = self.run(&mut open)?;
+        input(&mut summary);
+        record(summary, &self.paths)
     }
 
     /// Train on the batches `open` streams; `--input-only` takes the same batches from the same
@@ -94,78 +182,6 @@ impl<'a> Training<'a> {
             deterministic: self.deterministic,
         }
     }
-}
-
-/// Train on the pipeline on this instance's own cores (`threads` workers).
-fn local(
-    training: &Training<'_>,
-    env: &Env,
-    stages: &StageRegistry,
-    threads: usize,
-) -> Result<Summary, BoxError> {
-    let job = training.job;
-    let engine = Arc::new(Engine::new(job, stages, &env.channel_dirs, Some(threads))?);
-    tracing::info!(
-        threads = engine.threads(),
-        "input: the pipeline on this instance's own cores"
-    );
-    let config = training.config(engine.samples_per_epoch());
-    let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
-        let stream = LocalInput::new(engine.clone(), config.clone(), start);
-        Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
-    };
-    let result = training.run(&mut open).map(|mut s| {
-        s.local_threads = engine.threads() as u32;
-        s
-    });
-    let result = result.and_then(|s| record(s, &training.paths));
-    if !data_hosts(job, env).is_empty() {
-        // `--input local` on a heterogeneous job: its data hosts served nothing, but they
-        // must still end with the trainer rather than by their watchdog.
-        shutdown_unused(job, env, &result);
-    }
-    Ok(result?)
-}
-
-/// Train on the job's data servers, with this host's own pipeline beside them when `threads`
-/// is not 0 (hybrid), and stop the servers after.
-fn remote(
-    training: &Training<'_>,
-    env: &Env,
-    stages: &StageRegistry,
-    threads: usize,
-) -> Result<Summary, BoxError> {
-    let job = training.job;
-    let client = connect_to_job(job, env, trainer_id(env, 0), None, |_| {})?;
-    let client = match threads {
-        0 => {
-            tracing::info!("input: the data servers");
-            client
-        }
-        threads => {
-            tracing::info!(
-                threads,
-                "input: the data servers and this host's own pipeline (hybrid)"
-            );
-            let engine = Engine::new(job, stages, &env.channel_dirs, Some(threads))?;
-            client.with_local(Arc::new(engine))?
-        }
-    };
-    let config = training.config(client.samples_per_epoch());
-    let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
-        let stream = client.stream(config.clone(), start);
-        Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
-    };
-    let result = training.run(&mut open).map(|mut s| {
-        s.batches_by_source = client.batches_by_source();
-        s.local_threads = client.local_threads() as u32;
-        s.backup_shards = client.backup_shards();
-        s.duplicate_batches = client.duplicate_batches();
-        s
-    });
-    let result = result.and_then(|s| record(s, &training.paths));
-    shutdown(&client, &result);
-    Ok(result?)
 }
 
 /// Reports the run, with where its batches came from: the one summary file and log line.
