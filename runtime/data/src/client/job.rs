@@ -11,19 +11,20 @@ use super::{Client, ClientConfig};
 /// The data hosts of the job, from resourceconfig.json (never assumed from host names), in
 /// host order.
 pub fn data_hosts(job: &Job, env: &Env) -> Vec<String> {
-    job.groups
-        .iter()
-        .filter(|g| g.role == Role::Data)
-        .flat_map(|g| env.resources.hosts_of(&g.name))
-        .collect()
+    hosts_of_role(job, env, Role::Data)
 }
 
 /// The trainer hosts of the job, from resourceconfig.json, in host order: a data server stops
 /// once each of them has finished.
 pub fn trainer_hosts(job: &Job, env: &Env) -> Vec<String> {
+    hosts_of_role(job, env, Role::Trainer)
+}
+
+/// The hosts of the job's groups of `role`, from resourceconfig.json, in host order.
+fn hosts_of_role(job: &Job, env: &Env, role: Role) -> Vec<String> {
     job.groups
         .iter()
-        .filter(|g| g.role == Role::Trainer)
+        .filter(|g| g.role == role)
         .flat_map(|g| env.resources.hosts_of(&g.name))
         .collect()
 }
