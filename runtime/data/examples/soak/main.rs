@@ -191,6 +191,16 @@ struct Proc {
 }
 
 impl Proc {
+    fn new(name: String, child: Child) -> Proc {
+        Proc {
+            name,
+            child,
+            peak_kib: 0,
+            killed: false,
+            thaw_at: None,
+        }
+    }
+
     fn sample(&mut self) {
         if let Some(kib) = peak_rss_kib(self.child.id()) {
             self.peak_kib = self.peak_kib.max(kib);
@@ -242,13 +252,7 @@ fn coordinator(args: &[String]) -> ExitCode {
     let epochs: u32 = flag(args, "--epochs", 3);
     let step_ms: u64 = flag(args, "--step-ms", 10);
     let mut rng = Rng(flag(args, "--seed", 0x9e37_79b9_7f4a_7c15u64) | 1);
-    let me = std::env::current_exe().expect("the soak's own path");
-    let server_bin = server_binary(&me);
-
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let port = 31_000 + (std::process::id() % 2_000) as u16;
-    let net = 100 + (std::process::id() % 100) as u8;
-    let hosts = setup(dir.path(), servers, net);
+    let cluster = Cluster::set_up(servers, 31_000);
     let deadline = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
     let started = Instant::now();
     let mut totals = Totals::default();
@@ -261,17 +265,8 @@ fn coordinator(args: &[String]) -> ExitCode {
         totals.rounds += 1;
         let round = totals.rounds;
         let round_started = Instant::now();
-        let mut procs = start_servers(&server_bin, dir.path(), &hosts, port);
-        let mut ranks = start_trainers(
-            &me,
-            dir.path(),
-            &hosts,
-            port,
-            round,
-            trainers,
-            epochs,
-            step_ms,
-        );
+        let mut procs = cluster.start_servers();
+        let mut ranks = cluster.start_trainers(round, trainers, epochs, step_ms);
 
         // Kill or freeze up to all servers but one, at random moments while the trainers
         // stream.
@@ -292,7 +287,7 @@ fn coordinator(args: &[String]) -> ExitCode {
         );
         end_round(&mut procs, &mut ranks, &statuses, &mut totals, round);
         last_round = round_started.elapsed();
-        check_round(dir.path(), round, trainers, epochs, &mut totals);
+        check_round(cluster.dir.path(), round, trainers, epochs, &mut totals);
         record_peaks(&procs, &ranks, &mut totals);
         eprintln!(
             "round {round} done at {:.0} s: {} kills and {} freezes so far, lost {}, duplicated {}",
@@ -396,75 +391,95 @@ fn end_round(
     }
 }
 
-/// The data servers of a round, one per host.
-fn start_servers(bin: &Path, dir: &Path, hosts: &[(String, String)], port: u16) -> Vec<Proc> {
-    hosts
-        .iter()
-        .map(|(host, _)| {
-            let child = Command::new(bin)
-                .env("SAGEMAKER_BASE_DIR", dir.join(host))
-                .env("HETGEN_JOB_FILE", dir.join("job.json"))
-                .env("HETGEN_JOB_TOKEN", TOKEN)
-                .env("HETGEN_HOSTS_FILE", dir.join("hosts.txt"))
-                .env("HETGEN_DATA_PORT", port.to_string())
-                .env("HETGEN_WATCHDOG_S", "30")
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("a data server starts");
-            Proc {
-                name: host.clone(),
-                child,
-                peak_kib: 0,
-                killed: false,
-                thaw_at: None,
-            }
-        })
-        .collect()
+/// What the soak's rounds run on: this program (the trainer ranks) and the data server, the
+/// hosts' trees in a temporary folder, and a port and loopback network of this process's own.
+struct Cluster {
+    me: PathBuf,
+    server_bin: PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+    /// The data hosts' (name, address).
+    hosts: Vec<(String, String)>,
 }
 
-/// The trainer ranks of a round: this program as `soak trainer`, auditing into `dir`.
-#[allow(clippy::too_many_arguments)]
-fn start_trainers(
-    me: &Path,
-    dir: &Path,
-    hosts: &[(String, String)],
-    port: u16,
-    round: u32,
-    trainers: u32,
-    epochs: u32,
-    step_ms: u64,
-) -> Vec<Proc> {
-    let host_list = hosts
-        .iter()
-        .map(|(_, ip)| format!("{ip}:{port}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    (0..trainers)
-        .map(|rank| {
-            let audit = dir.join(format!("audit-{round}-{rank}.txt"));
-            let child = Command::new(me)
-                .args(["trainer", "--rank", &rank.to_string()])
-                .args(["--world", &trainers.to_string()])
-                .args(["--epochs", &epochs.to_string()])
-                .args(["--step-ms", &step_ms.to_string()])
-                .args(["--hosts", &host_list])
-                .arg("--audit")
-                .arg(&audit)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("a trainer starts");
-            Proc {
-                name: format!("rank-{rank}"),
-                child,
-                peak_kib: 0,
-                killed: false,
-                thaw_at: None,
-            }
-        })
-        .collect()
+impl Cluster {
+    /// Job file, SageMaker trees and hosts file for `servers` data hosts, on a port from
+    /// `base_port` on (each soak command its own range).
+    fn set_up(servers: usize, base_port: u16) -> Cluster {
+        let me = std::env::current_exe().expect("the soak's own path");
+        let server_bin = server_binary(&me);
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let port = base_port + (std::process::id() % 2_000) as u16;
+        let net = 100 + (std::process::id() % 100) as u8;
+        let job = job(servers);
+        hetgen_fixtures::write_job_file(dir.path(), &job, "soak.toml");
+        let trees = InstanceTrees::lay_out(dir.path(), &job);
+        let address = |n: usize| format!("127.{net}.0.{n}");
+        trees.write_hosts_file(address);
+        // The data hosts come first: `algo-N` for N from 1.
+        let hosts = (1..)
+            .zip(trees.hosts_of("data_group"))
+            .map(|(n, host)| (host, address(n)))
+            .collect();
+        Cluster {
+            me,
+            server_bin,
+            dir,
+            port,
+            hosts,
+        }
+    }
+
+    /// The data servers of a round, one per host.
+    fn start_servers(&self) -> Vec<Proc> {
+        let dir = self.dir.path();
+        self.hosts
+            .iter()
+            .map(|(host, _)| {
+                let child = Command::new(&self.server_bin)
+                    .env("SAGEMAKER_BASE_DIR", dir.join(host))
+                    .env("HETGEN_JOB_FILE", dir.join("job.json"))
+                    .env("HETGEN_JOB_TOKEN", TOKEN)
+                    .env("HETGEN_HOSTS_FILE", dir.join("hosts.txt"))
+                    .env("HETGEN_DATA_PORT", self.port.to_string())
+                    .env("HETGEN_WATCHDOG_S", "30")
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("a data server starts");
+                Proc::new(host.clone(), child)
+            })
+            .collect()
+    }
+
+    /// The trainer ranks of a round: this program as `soak trainer`, auditing into the folder.
+    fn start_trainers(&self, round: u32, trainers: u32, epochs: u32, step_ms: u64) -> Vec<Proc> {
+        let host_list = self
+            .hosts
+            .iter()
+            .map(|(_, ip)| format!("{ip}:{}", self.port))
+            .collect::<Vec<_>>()
+            .join(",");
+        (0..trainers)
+            .map(|rank| {
+                let audit = self.dir.path().join(format!("audit-{round}-{rank}.txt"));
+                let child = Command::new(&self.me)
+                    .args(["trainer", "--rank", &rank.to_string()])
+                    .args(["--world", &trainers.to_string()])
+                    .args(["--epochs", &epochs.to_string()])
+                    .args(["--step-ms", &step_ms.to_string()])
+                    .args(["--hosts", &host_list])
+                    .arg("--audit")
+                    .arg(&audit)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("a trainer starts");
+                Proc::new(format!("rank-{rank}"), child)
+            })
+            .collect()
+    }
 }
 
 /// Kill (SIGKILL) or freeze (SIGSTOP, resumed 1 to 15 s later) one of the servers still
@@ -496,20 +511,6 @@ fn strike(procs: &mut [Proc], rng: &mut Rng, totals: &mut Totals, round: u32, st
             frozen.as_secs_f64()
         );
     }
-}
-
-/// Job file, SageMaker trees and hosts file for `servers` data hosts; their (name, address).
-fn setup(dir: &Path, servers: usize, net: u8) -> Vec<(String, String)> {
-    let job = job(servers);
-    hetgen_fixtures::write_job_file(dir, &job, "soak.toml");
-    let trees = InstanceTrees::lay_out(dir, &job);
-    let address = |n: usize| format!("127.{net}.0.{n}");
-    trees.write_hosts_file(address);
-    // The data hosts come first: `algo-N` for N from 1.
-    (1..)
-        .zip(trees.hosts_of("data_group"))
-        .map(|(n, host)| (host, address(n)))
-        .collect()
 }
 
 /// Compare what the trainers of `round` yielded with the epoch plan, epoch by epoch.

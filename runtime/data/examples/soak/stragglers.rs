@@ -4,9 +4,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::{
-    Totals, check_round, flag, reported, server_binary, setup, start_servers, start_trainers,
-};
+use super::{Cluster, Totals, check_round, flag, reported};
 
 /// `soak stragglers`: what one frozen data server costs the trainers. Rounds alternate a run
 /// as is and a run with one of the 3 servers frozen (SIGSTOP) for `--freeze-s` seconds from
@@ -20,12 +18,7 @@ pub(crate) fn stragglers(args: &[String]) -> ExitCode {
     let epochs: u32 = flag(args, "--epochs", 8);
     let step_ms: u64 = flag(args, "--step-ms", 20);
     let (servers, trainers) = (3, 2);
-    let me = std::env::current_exe().expect("the soak's own path");
-    let server_bin = server_binary(&me);
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let port = 33_000 + (std::process::id() % 2_000) as u16;
-    let net = 100 + (std::process::id() % 100) as u8;
-    let hosts = setup(dir.path(), servers, net);
+    let cluster = Cluster::set_up(servers, 33_000);
     let mut totals = Totals::default();
     println!(
         "| round | as is, s | one server frozen {:.0} s, s | lost, s | lost, % of the freeze | backups (as is / frozen) |",
@@ -37,9 +30,8 @@ pub(crate) fn stragglers(args: &[String]) -> ExitCode {
         let mut backups = [0u64; 2];
         for (i, frozen) in [false, true].into_iter().enumerate() {
             let id = round * 2 + i as u32;
-            let mut procs = start_servers(&server_bin, dir.path(), &hosts, port);
-            let mut ranks =
-                start_trainers(&me, dir.path(), &hosts, port, id, trainers, epochs, step_ms);
+            let mut procs = cluster.start_servers();
+            let mut ranks = cluster.start_trainers(id, trainers, epochs, step_ms);
             let started = Instant::now();
             if frozen {
                 std::thread::sleep(at);
@@ -63,7 +55,7 @@ pub(crate) fn stragglers(args: &[String]) -> ExitCode {
                 let _ = p.child.kill();
                 let _ = p.child.wait();
             }
-            check_round(dir.path(), id, trainers, epochs, &mut totals);
+            check_round(cluster.dir.path(), id, trainers, epochs, &mut totals);
             if frozen && times[0] < at + freeze {
                 eprintln!(
                     "stragglers: a run as is ({:.1} s) ends before the freeze does: use more --epochs",
