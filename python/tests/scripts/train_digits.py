@@ -8,26 +8,19 @@ the held-out accuracy and what the loader did.
 import argparse
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 import hetgen
 import hetgen.torch
 
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc = nn.Linear(32 * 2 * 2, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc(x.flatten(1))
+# The network of the example project (what `hetgen new` writes), so the model users start from
+# is the one this loop shows learning the digits.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "pytorch"))
+from train import Net  # noqa: E402
 
 
 def main():
