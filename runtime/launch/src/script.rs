@@ -441,31 +441,34 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
         );
     }
 
-    /// The collective settings of a host of `instance_type`, by name.
-    fn collective_settings(instance_type: &str) -> BTreeMap<&'static str, String> {
-        collective_environment(&env(instance_type, "eth0"))
+    /// The collective settings of a host of `instance_type` on `interface`, as `NAME=value`.
+    fn collective_settings(instance_type: &str, interface: &str) -> Vec<String> {
+        collective_environment(&env(instance_type, interface))
             .into_iter()
+            .map(|(name, value)| format!("{name}={value}"))
             .collect()
     }
 
     #[test]
     fn torchrun_gets_the_toolkit_s_collective_settings() {
-        let vars = collective_settings("ml.p4d.24xlarge");
-        assert_eq!(vars["NCCL_SOCKET_IFNAME"], "eth0");
-        assert_eq!(vars["GLOO_SOCKET_IFNAME"], "eth0");
-        assert_eq!(vars["NCCL_PROTO"], "simple");
-        assert_eq!(vars["FI_PROVIDER"], "efa");
-        assert_eq!(vars["FI_EFA_USE_DEVICE_RDMA"], "1");
-        assert_eq!(vars["RDMAV_FORK_SAFE"], "1");
-
+        let interface = ["GLOO_SOCKET_IFNAME=eth0", "NCCL_SOCKET_IFNAME=eth0"];
+        assert_eq!(
+            collective_settings("ml.p4d.24xlarge", "eth0"),
+            [
+                &interface[..],
+                &["NCCL_PROTO=simple", "FI_PROVIDER=efa"],
+                &["FI_EFA_USE_DEVICE_RDMA=1", "RDMAV_FORK_SAFE=1"],
+            ]
+            .concat()
+        );
         // EFA without RDMA, and an instance without EFA or a known interface.
-        let g5 = collective_settings("ml.g5.48xlarge");
-        assert_eq!(g5["FI_PROVIDER"], "efa");
-        assert!(!g5.contains_key("FI_EFA_USE_DEVICE_RDMA"));
-        let small: Vec<&str> = collective_environment(&env("ml.g5.xlarge", ""))
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        assert_eq!(small, ["NCCL_PROTO"]);
+        assert_eq!(
+            collective_settings("ml.g5.48xlarge", "eth0"),
+            [&interface[..], &["NCCL_PROTO=simple", "FI_PROVIDER=efa"]].concat()
+        );
+        assert_eq!(
+            collective_settings("ml.g5.xlarge", ""),
+            ["NCCL_PROTO=simple"]
+        );
     }
 }
