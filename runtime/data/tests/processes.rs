@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hetgen_data::client::{Client, RemoteStream};
+use hetgen_fixtures::InstanceTrees;
 use hetgen_pipeline::BatchStream;
 use hetgen_spec::model::Job;
 
@@ -27,7 +28,8 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 static CLUSTERS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 impl Cluster {
-    /// Trees for `algo-1..=data_hosts` (data_group) and one trainer host after them.
+    /// The `data-test` job with `data_hosts` data hosts: trees for `algo-1..=data_hosts`
+    /// (data_group) and one trainer host after them.
     fn new(data_hosts: usize) -> Cluster {
         let serial = SERIAL
             .lock()
@@ -38,34 +40,13 @@ impl Cluster {
         let nth = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let net = (pid % 200) as u8 + 20;
         let port = 20000 + (pid % 20000) as u16 + nth * 7;
-        let job = job();
-        let job_file = serde_json::json!({
-            "generated_by": "test", "spec": "data-test.toml", "spec_sha256": "", "job": job,
-        });
-        std::fs::write(dir.path().join("job.json"), job_file.to_string()).unwrap();
-        let trainer = format!("algo-{}", data_hosts + 1);
-        let data: Vec<String> = (1..=data_hosts).map(|i| format!("algo-{i}")).collect();
-        let mut all = data.clone();
-        all.push(trainer.clone());
-        let mut hosts = String::new();
-        for (i, host) in all.iter().enumerate() {
-            hosts.push_str(&format!("127.{net}.{}.{} {host}\n", port % 250, i + 1));
-            let config = serde_json::json!({
-                "current_group_name": if *host == trainer { "dnn_group" } else { "data_group" },
-                "current_host": host,
-                "current_instance_type": "ml.c5.xlarge",
-                "hosts": all,
-                "instance_groups": [
-                    {"instance_group_name": "data_group", "instance_type": "ml.c5.xlarge", "hosts": data},
-                    {"instance_group_name": "dnn_group", "instance_type": "ml.m5.xlarge", "hosts": [trainer]},
-                ],
-                "network_interface_name": "eth0",
-            });
-            let tree = dir.path().join(host).join("input/config");
-            std::fs::create_dir_all(&tree).unwrap();
-            std::fs::write(tree.join("resourceconfig.json"), config.to_string()).unwrap();
-        }
-        std::fs::write(dir.path().join("hosts.txt"), hosts).unwrap();
+        let job = hetgen_fixtures::spec("data-test")
+            .set("instance_group.0.count", data_hosts)
+            .job();
+        hetgen_fixtures::write_job_file(dir.path(), &job, "data-test.toml");
+        let trees = InstanceTrees::lay_out(dir.path(), &job);
+        trees.write_hosts_file(|n| format!("127.{net}.{}.{n}", port % 250));
+        let trainer = trees.hosts_of("dnn_group").remove(0);
         // SAFETY: set before any thread of this test reads the environment; every test in this
         // file sets the same value for its process.
         unsafe { std::env::set_var("HETGEN_HOSTS_FILE", dir.path().join("hosts.txt")) };
