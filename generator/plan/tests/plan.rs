@@ -1,25 +1,60 @@
 //! Sizing and cost arithmetic on the figures DESIGN.md quotes.
 
-use hetgen_plan::{Plan, PlanError, Price, Prices, Run, SwapKind, cap, compare, cost_per_step};
+use hetgen_plan::{
+    Comparison, Demand, Plan, PlanError, Prices, Run, SwapKind, cap, compare, cost_per_step,
+};
 use hetgen_spec::model::Role;
 use hetgen_spec::{Catalog, Job};
 
-/// `hetgen_plan::plan` with the catalog's own prices.
+/// `hetgen_plan::plan` on the built-in catalog with its own prices.
 fn plan(
     job: &Job,
-    catalog: &Catalog,
     cpu_per_gpu: Option<f64>,
     rate: Option<f64>,
     options: usize,
 ) -> Result<Plan, PlanError> {
-    hetgen_plan::plan(
-        job,
-        catalog,
-        &Prices::catalog(catalog),
-        cpu_per_gpu,
-        rate,
-        options,
+    let prices = Prices::catalog(Catalog::builtin());
+    hetgen_plan::plan(job, Catalog::builtin(), &prices, cpu_per_gpu, rate, options)
+}
+
+/// The p4d's price when DESIGN.md's figures were published (2022); the catalog has today's.
+const P4D_2022: f64 = 37.688;
+
+/// The prices DESIGN.md's figures were computed at: the p4d at [`P4D_2022`] and the c5 sizes
+/// the published example chose from, and no others.
+fn published_prices() -> Prices {
+    let c5 = [
+        ("ml.c5.xlarge", 0.204),
+        ("ml.c5.2xlarge", 0.408),
+        ("ml.c5.4xlarge", 0.816),
+        ("ml.c5.9xlarge", 1.836),
+        ("ml.c5.18xlarge", 3.672),
+    ];
+    let prices = c5.into_iter().chain([("ml.p4d.24xlarge", P4D_2022)]);
+    Prices::price_list(
+        "us-east-1",
+        "2022-10-27",
+        false,
+        prices.map(|(name, usd)| (name.to_owned(), usd)),
     )
+}
+
+/// The demand side of [`plan`] for a job that must size: `cpu_per_gpu` given, no rate.
+fn demand(job: &Job, cpu_per_gpu: f64, options: usize) -> Demand {
+    plan(job, Some(cpu_per_gpu), None, options)
+        .unwrap()
+        .demand
+        .unwrap()
+}
+
+/// Every option of `d` is priced, and they come cheapest per busy GPU-hour first.
+fn assert_priced_cheapest_first(d: &Demand) {
+    let costs: Vec<f64> = d
+        .options
+        .iter()
+        .map(|o| o.cost_per_busy_gpu_hour.unwrap())
+        .collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{costs:?}");
 }
 
 fn job(groups: &str) -> Job {
@@ -50,6 +85,9 @@ steps = 100
         .unwrap_or_else(|| panic!("{:#?}", checked.report.problems))
 }
 
+/// The catalog's ml.p4d.24xlarge price (us-east-1, 2026).
+const P4D_PRICE: f64 = 25.2512883;
+
 const P4D: &str = r#"
 [[instance_group]]
 name = "dnn_group"
@@ -67,65 +105,38 @@ role = "data"
 
 #[test]
 fn an_8_gpu_96_vcpu_host_needing_20_per_gpu_is_capped_at_60_percent() {
-    let p = plan(
-        &job_with(P4D, "reserve_vcpus = 0"),
-        Catalog::builtin(),
-        Some(20.0),
-        None,
-        3,
-    )
-    .unwrap();
+    let p = plan(&job_with(P4D, "reserve_vcpus = 0"), Some(20.0), None, 3).unwrap();
     assert_eq!((p.vcpus, p.gpus), (96, 8));
     assert_eq!(p.vcpu_per_gpu, Some(12.0));
     let d = p.demand.unwrap();
     assert_eq!(d.needed_vcpus, 160.0);
     assert!((d.gpu_cap - 0.6).abs() < 1e-12);
-    assert!((d.cost_per_busy_gpu_hour.unwrap() - 37.688 / (8.0 * 0.6)).abs() < 1e-9);
-    // 64 missing vCPUs: four ml.c5.4xlarge ($0.816 each) are the cheapest, fewest-instance way.
+    assert!((d.cost_per_busy_gpu_hour.unwrap() - P4D_PRICE / (8.0 * 0.6)).abs() < 1e-9);
+    // 64 missing vCPUs: one ml.c6i.16xlarge ($3.264) is the cheapest, fewest-instance way (four
+    // ml.c5.4xlarge cost the same, in four instances).
     let best = &d.options[0];
     let data = best.change.data.as_ref().unwrap();
     assert_eq!(
         (data.instance_type.as_str(), data.count, data.vcpus),
-        ("ml.c5.4xlarge", 4, 64)
+        ("ml.c6i.16xlarge", 1, 64)
     );
-    assert!((best.cluster_price_per_hour.unwrap() - (37.688 + 4.0 * 0.816)).abs() < 1e-9);
+    assert!((best.cluster_price_per_hour.unwrap() - (P4D_PRICE + 3.264)).abs() < 1e-9);
     assert_eq!(best.gpu_cap, 1.0);
-    let costs: Vec<f64> = d
-        .options
-        .iter()
-        .map(|o| o.cost_per_busy_gpu_hour.unwrap())
-        .collect();
-    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{costs:?}");
+    assert_priced_cheapest_first(&d);
 }
 
 #[test]
 fn reserved_trainer_vcpus_lower_the_cap() {
-    let d = plan(
-        &job_with(P4D, "reserve_vcpus = 16"),
-        Catalog::builtin(),
-        Some(20.0),
-        None,
-        3,
-    )
-    .unwrap()
-    .demand
-    .unwrap();
+    let d = demand(&job_with(P4D, "reserve_vcpus = 16"), 20.0, 3);
     assert!((d.gpu_cap - 80.0 / 160.0).abs() < 1e-12);
     assert_eq!(d.options[0].change.data.as_ref().unwrap().vcpus, 80);
 }
 
 #[test]
 fn two_c5_18xlarge_lift_the_cap_to_100_percent() {
-    let p = plan(
-        &job(&format!("{TWO_C5}{P4D}")),
-        Catalog::builtin(),
-        Some(20.0),
-        None,
-        3,
-    )
-    .unwrap();
+    let p = plan(&job(&format!("{TWO_C5}{P4D}")), Some(20.0), None, 3).unwrap();
     assert_eq!(p.vcpus, 96 + 144);
-    assert!((p.price_per_hour.unwrap() - (37.688 + 2.0 * 3.672)).abs() < 1e-9);
+    assert!((p.price_per_hour.unwrap() - (P4D_PRICE + 2.0 * 3.672)).abs() < 1e-9);
     let d = p.demand.unwrap();
     assert_eq!(d.gpu_cap, 1.0);
     // Hybrid input: the trainer keeps one vCPU per GPU and one more, the rest preprocess.
@@ -135,7 +146,7 @@ fn two_c5_18xlarge_lift_the_cap_to_100_percent() {
 #[test]
 fn each_side_counts_what_its_hosts_preprocess_and_predicts_samples_per_s() {
     let groups = format!("{TWO_C5}{P4D}");
-    let p = plan(&job(&groups), Catalog::builtin(), None, Some(100.0), 3).unwrap();
+    let p = plan(&job(&groups), None, Some(100.0), 3).unwrap();
     let sides: Vec<_> = p
         .sides
         .iter()
@@ -151,7 +162,6 @@ fn each_side_counts_what_its_hosts_preprocess_and_predicts_samples_per_s() {
     // `trainer_threads = 0` turns hybrid input off: the data hosts alone, as the runtime does.
     let off = plan(
         &job_with(&groups, "trainer_threads = 0"),
-        Catalog::builtin(),
         Some(20.0),
         None,
         3,
@@ -160,7 +170,7 @@ fn each_side_counts_what_its_hosts_preprocess_and_predicts_samples_per_s() {
     assert_eq!(off.sides[0].vcpus, 0);
     assert!((off.demand.unwrap().gpu_cap - 144.0 / 160.0).abs() < 1e-12);
     // Homogeneous: the trainer is the only pipeline.
-    let alone = plan(&job(P4D), Catalog::builtin(), None, None, 3).unwrap();
+    let alone = plan(&job(P4D), None, None, 3).unwrap();
     assert_eq!(alone.sides.len(), 1);
     assert_eq!(alone.sides[0].vcpus, 87);
 }
@@ -180,7 +190,7 @@ fn plan_counts_what_the_launcher_gives_the_local_pipeline() {
         "threads = 3",
     ] {
         for spec in [job_with(&groups, extra), job_with(P4D, extra)] {
-            let p = plan(&spec, Catalog::builtin(), None, None, 3).unwrap();
+            let p = plan(&spec, None, None, 3).unwrap();
             let launcher = spec.trainer_threads(96);
             assert_eq!(p.sides[0].vcpus, launcher, "{extra}");
         }
@@ -194,30 +204,76 @@ fn cap_is_bounded() {
     assert_eq!(cap(5.0, 0.0), 1.0);
 }
 
+/// `compare` of two jobs, each with its step time, at the catalog's prices.
+fn compare_steps(baseline: (&Job, f64), candidate: (&Job, f64)) -> Comparison {
+    compare_priced(
+        (baseline.0, baseline.1, None),
+        (candidate.0, candidate.1, None),
+    )
+}
+
+/// `compare` of two jobs, each with its step time and, where given, its cluster's $/h.
+fn compare_priced(
+    (a, a_ms, a_usd): (&Job, f64, Option<f64>),
+    (b, b_ms, b_usd): (&Job, f64, Option<f64>),
+) -> Comparison {
+    fn run<'a>(label: &'a str, job: &'a Job, step_ms: f64, price: Option<f64>) -> Run<'a> {
+        Run {
+            label,
+            job,
+            step_ms,
+            price,
+        }
+    }
+    let (baseline, candidate) = (
+        run("baseline", a, a_ms, a_usd),
+        run("candidate", b, b_ms, b_usd),
+    );
+    compare(&baseline, &candidate).unwrap()
+}
+
+/// DESIGN.md's first figure (step time 192 ms → 86 ms with 2 × ml.c5.18xlarge beside the
+/// p4d): −46% cost per step at the prices of its day, −42% at the catalog's.
 #[test]
 fn design_example_cuts_cost_per_step_by_46_percent() {
     let (homo, hetero) = (job(P4D), job(&format!("{TWO_C5}{P4D}")));
-    let c = compare(
-        &Run {
-            label: "homogeneous",
-            job: &homo,
-            step_ms: 192.0,
-            price: None,
-        },
-        &Run {
-            label: "hetero",
-            job: &hetero,
-            step_ms: 86.0,
-            price: None,
-        },
-    )
-    .unwrap();
-    assert!((c.baseline.cost_per_step - cost_per_step(37.688, 192.0)).abs() < 1e-15);
+    let published = P4D_2022 + 2.0 * 3.672;
+    let c = compare_priced(
+        (&homo, 192.0, Some(P4D_2022)),
+        (&hetero, 86.0, Some(published)),
+    );
+    assert!((c.baseline.cost_per_step - cost_per_step(P4D_2022, 192.0)).abs() < 1e-15);
     assert!((c.speedup - 192.0 / 86.0).abs() < 1e-12);
     let expected = 1.0 - (45.032 * 86.0) / (37.688 * 192.0);
     assert!((c.improvement - expected).abs() < 1e-12);
     assert_eq!((c.improvement * 100.0).round(), 46.0);
     assert_eq!(c.candidate.instances, 3);
+
+    let today = compare_steps((&homo, 192.0), (&hetero, 86.0));
+    let expected = 1.0 - ((P4D_PRICE + 2.0 * 3.672) * 86.0) / (P4D_PRICE * 192.0);
+    assert!((today.improvement - expected).abs() < 1e-12);
+    assert_eq!((today.improvement * 100.0).round(), 42.0);
+}
+
+/// DESIGN.md's second figure, a single-GPU job with one CPU instance added, is AWS's PyTorch
+/// heterogeneous-cluster example (amazon-sagemaker-examples, notebook
+/// training/heterogeneous-clusters/pt.grpc.sagemaker/hetero-pytorch-mnist.ipynb, section E):
+/// an ml.p3.2xlarge alone averaged 1.19 s a step; with an ml.c5.9xlarge preprocessing beside
+/// it, 0.18 s. At the catalog's prices ($3.825 and $1.836 an hour) cost per step falls 77.6%,
+/// which DESIGN.md states as −77%.
+#[test]
+fn design_example_one_gpu_and_one_cpu_instance_cuts_cost_per_step_by_77_percent() {
+    let alone = job(&one_group("ml.p3.2xlarge"));
+    let with_data = job(&format!(
+        "{}[[instance_group]]\nname = \"data_group\"\ninstance_type = \"ml.c5.9xlarge\"\nrole = \"data\"\n",
+        one_group("ml.p3.2xlarge")
+    ));
+    let c = compare_steps((&alone, 1190.0), (&with_data, 180.0));
+    assert!((c.baseline.cost_per_step - cost_per_step(3.825, 1190.0)).abs() < 1e-15);
+    let expected = 1.0 - ((3.825 + 1.836) * 180.0) / (3.825 * 1190.0);
+    assert!((c.improvement - expected).abs() < 1e-12);
+    assert_eq!((c.improvement * 1000.0).round(), 776.0);
+    assert_eq!(c.candidate.instances, 2);
 }
 
 #[test]
@@ -240,7 +296,7 @@ fn price_overrides_and_missing_prices() {
     .unwrap();
     assert!((c.improvement - 0.5).abs() < 1e-12);
     let unpriced = job(
-        "[[instance_group]]\nname = \"t\"\ninstance_type = \"ml.g5.8xlarge\"\nrole = \"trainer\"\n",
+        "[[instance_group]]\nname = \"t\"\ninstance_type = \"ml.p5e.48xlarge\"\nrole = \"trainer\"\n",
     );
     let err = compare(
         &Run {
@@ -259,7 +315,7 @@ fn price_overrides_and_missing_prices() {
     .unwrap_err();
     assert!(
         err.to_string()
-            .contains("no price is known for `ml.g5.8xlarge`")
+            .contains("no price is known for `ml.p5e.48xlarge`")
     );
     assert!(
         compare(
@@ -284,7 +340,7 @@ fn price_overrides_and_missing_prices() {
 fn vcpus_per_gpu_that_are_not_a_finite_non_negative_number_are_refused() {
     let p4d = job(P4D);
     for bad in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -5.0] {
-        let err = plan(&p4d, Catalog::builtin(), Some(bad), None, 3).unwrap_err();
+        let err = plan(&p4d, Some(bad), None, 3).unwrap_err();
         assert!(matches!(err, PlanError::CpuPerGpu(_)), "{bad}: {err}");
     }
 }
@@ -292,8 +348,7 @@ fn vcpus_per_gpu_that_are_not_a_finite_non_negative_number_are_refused() {
 #[test]
 fn huge_demands_and_counts_do_not_overflow() {
     // Far more vCPUs than any cluster has: the cap is tiny, no option's count wraps around.
-    let p = plan(&job(P4D), Catalog::builtin(), Some(1e300), None, 3).unwrap();
-    let d = p.demand.unwrap();
+    let d = demand(&job(P4D), 1e300, 3);
     assert!(d.gpu_cap > 0.0 && d.gpu_cap < 1e-290, "{}", d.gpu_cap);
     assert!(
         d.options.iter().all(|o| o.change.is_none()),
@@ -304,7 +359,7 @@ fn huge_demands_and_counts_do_not_overflow() {
     // A job built by hand (not through validation) with more vCPUs than a u32 holds.
     let mut big = job(&format!("{TWO_C5}{P4D}"));
     big.groups[0].count = u32::MAX;
-    let err = plan(&big, Catalog::builtin(), None, None, 3).unwrap_err();
+    let err = plan(&big, None, None, 3).unwrap_err();
     assert!(matches!(err, PlanError::Overflow { .. }), "{err}");
 }
 
@@ -332,31 +387,13 @@ fn one_group(instance_type: &str) -> String {
     )
 }
 
-/// The catalog's prices plus `extra`: figures for a test, not AWS's (the committed catalog
-/// has no price it can source for these types).
-fn prices_with(extra: &[(&str, f64)]) -> Prices {
-    let mut prices = Prices::catalog(Catalog::builtin());
-    for (name, usd) in extra {
-        prices.insert(
-            name,
-            Price {
-                usd_per_hour: *usd,
-                source: "a figure of this test".to_owned(),
-                recorded: "2026-12".to_owned(),
-            },
-        );
-    }
-    prices
-}
-
-/// The guidance's first step: a one-GPU ml.g5.8xlarge (32 vCPUs) short of vCPUs moves to an
-/// ml.g5.16xlarge (64 vCPUs, the same one GPU), which needs no data group.
+/// The guidance's first step: a one-GPU ml.g5.8xlarge (32 vCPUs, $3.06) short of vCPUs moves
+/// to an ml.g5.16xlarge (64 vCPUs, the same one GPU, $5.12), which needs no data group. At the
+/// catalog's prices five ml.c5.xlarge beside the g5.8xlarge are cheaper per busy GPU-hour, so
+/// plan names both: that one as the cheapest, the scale-up as the simplest.
 #[test]
 fn a_g5_8xlarge_short_of_vcpus_scales_up_to_a_g5_16xlarge_with_no_data_group() {
-    let job = job(&one_group("ml.g5.8xlarge"));
-    let prices = prices_with(&[("ml.g5.8xlarge", 3.0), ("ml.g5.16xlarge", 4.0)]);
-    let p = hetgen_plan::plan(&job, Catalog::builtin(), &prices, Some(50.0), None, 5).unwrap();
-    let d = p.demand.unwrap();
+    let d = demand(&job(&one_group("ml.g5.8xlarge")), 50.0, 5);
     // 32 vCPUs less the two the trainer keeps (one for its GPU, one for the data client).
     assert!((d.gpu_cap - 30.0 / 50.0).abs() < 1e-12);
 
@@ -375,45 +412,34 @@ fn a_g5_8xlarge_short_of_vcpus_scales_up_to_a_g5_16xlarge_with_no_data_group() {
     assert_eq!(swap.kind, SwapKind::ScaleUp);
     assert!(up.change.data.is_none() && !up.needs_data_group);
     assert_eq!((up.gpu_cap, up.pipeline_vcpus), (1.0, 62));
-    assert_eq!(up.cluster_price_per_hour, Some(4.0));
-    assert_eq!(up.cost_per_busy_gpu_hour, Some(4.0));
-    // Every option is priced and they come cheapest per busy GPU-hour first: the scale-up
-    // ($4.00) beats the g5.8xlarge with five ml.c5.xlarge ($3.00 + 5 × $0.204) and the cluster
-    // as written ($3.00 at 60%).
-    let costs: Vec<f64> = d
-        .options
-        .iter()
-        .map(|o| o.cost_per_busy_gpu_hour.unwrap())
-        .collect();
-    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "{costs:?}");
-    assert_eq!(i, 0);
+    assert_eq!(up.cluster_price_per_hour, Some(5.12));
+    assert_eq!(up.cost_per_busy_gpu_hour, Some(5.12));
+    // Every option is priced and they come cheapest per busy GPU-hour first.
+    assert_priced_cheapest_first(&d);
     assert_eq!(
         (d.decision.cheapest, d.decision.simplest),
-        (Some(0), Some(0))
+        (Some(0), Some(i))
     );
-    let data = d
-        .options
-        .iter()
-        .find(|o| o.change.trainer.is_none() && o.change.data.is_some())
-        .unwrap();
-    assert!((data.cluster_price_per_hour.unwrap() - (3.0 + 5.0 * 0.204)).abs() < 1e-12);
-    assert!(data.needs_data_group);
-    let written = d.options.iter().find(|o| o.change.is_none()).unwrap();
-    assert!((written.cost_per_busy_gpu_hour.unwrap() - 3.0 / 0.6).abs() < 1e-12);
+    let cheapest = &d.options[0];
+    let data = cheapest.change.data.as_ref().unwrap();
+    assert_eq!(
+        (data.instance_type.as_str(), data.count),
+        ("ml.c5.xlarge", 5)
+    );
+    assert!(cheapest.change.trainer.is_none() && cheapest.needs_data_group);
+    assert!((cheapest.cluster_price_per_hour.unwrap() - (3.06 + 5.0 * 0.204)).abs() < 1e-12);
+    assert_eq!(cheapest.gpu_cap, 1.0);
+    // The cluster as written: $3.06 at 60%, dearer per busy GPU-hour than the data group and
+    // cheaper than the scale-up.
+    let written = d.options.iter().position(|o| o.change.is_none()).unwrap();
+    assert!((d.options[written].cost_per_busy_gpu_hour.unwrap() - 3.06 / 0.6).abs() < 1e-12);
+    assert!(written < i);
 }
 
 /// The four-GPU size scales up the same way: ml.g5.12xlarge (48 vCPUs) → ml.g5.24xlarge (96).
 #[test]
 fn a_g5_12xlarge_scales_up_to_a_g5_24xlarge() {
-    let p = plan(
-        &job(&one_group("ml.g5.12xlarge")),
-        Catalog::builtin(),
-        Some(20.0),
-        None,
-        5,
-    )
-    .unwrap();
-    let d = p.demand.unwrap();
+    let d = demand(&job(&one_group("ml.g5.12xlarge")), 20.0, 5);
     let up: Vec<&str> = d
         .options
         .iter()
@@ -428,18 +454,22 @@ fn a_g5_12xlarge_scales_up_to_a_g5_24xlarge() {
     );
 }
 
-/// Without a price for the g5 types (the committed catalog has none it can source) the
-/// scale-up is still listed, as unpriced, and is the simplest; no total is made up.
+/// Where the price source has no price for the g5 types (here a Price List answer with CPU
+/// types only) the scale-up is still listed, as unpriced, and is the simplest; no total is
+/// made up.
 #[test]
 fn unpriced_options_are_listed_apart_and_never_summed() {
-    let p = plan(
-        &job(&one_group("ml.g5.8xlarge")),
-        Catalog::builtin(),
-        Some(50.0),
-        None,
-        5,
-    )
-    .unwrap();
+    let prices = Prices::price_list(
+        "us-east-1",
+        "2026-12-04",
+        false,
+        [
+            ("ml.c5.xlarge".to_owned(), 0.204),
+            ("ml.c5.4xlarge".to_owned(), 0.816),
+        ],
+    );
+    let job = job(&one_group("ml.g5.8xlarge"));
+    let p = hetgen_plan::plan(&job, Catalog::builtin(), &prices, Some(50.0), None, 5).unwrap();
     assert_eq!(p.price_per_hour, None);
     assert_eq!(p.unpriced, ["dnn_group"]);
     let d = p.demand.unwrap();
@@ -462,35 +492,37 @@ fn unpriced_options_are_listed_apart_and_never_summed() {
 /// data groups rank first, with DESIGN.md's published figures.
 #[test]
 fn a_p4d_has_no_bigger_type_so_data_groups_rank_first_with_the_published_figures() {
-    let p = plan(
-        &job_with(P4D, "reserve_vcpus = 0"),
-        Catalog::builtin(),
-        Some(20.0),
-        None,
-        5,
-    )
-    .unwrap();
+    let p = plan(&job_with(P4D, "reserve_vcpus = 0"), Some(20.0), None, 5).unwrap();
     let d = p.demand.unwrap();
     assert_eq!(d.decision.bigger_types, 0);
     assert!(d.options.iter().all(|o| o.change.trainer.is_none()));
     assert!(d.options[0].needs_data_group && d.options[0].change.data.is_some());
     assert_eq!(d.decision.cheapest, Some(0));
-    // The cluster as written: 60% busy, $37.688 / (8 × 0.6) per busy GPU-hour; last.
+    // The cluster as written: 60% busy, the p4d's price / (8 × 0.6) per busy GPU-hour; last.
     let written = d.options.last().unwrap();
     assert!(written.change.is_none());
-    assert!((written.cost_per_busy_gpu_hour.unwrap() - 37.688 / (8.0 * 0.6)).abs() < 1e-12);
-    // The simplest: the one data instance that covers the 64 missing vCPUs.
+    assert!((written.cost_per_busy_gpu_hour.unwrap() - P4D_PRICE / (8.0 * 0.6)).abs() < 1e-12);
+    // The simplest: the one data instance that covers the 64 missing vCPUs exactly.
     let simplest = &d.options[d.decision.simplest.unwrap()];
     let data = simplest.change.data.as_ref().unwrap();
     assert_eq!(
         (data.instance_type.as_str(), data.count),
-        ("ml.c5.18xlarge", 1)
+        ("ml.c6i.16xlarge", 1)
     );
 
     // The published cluster (2 × ml.c5.18xlarge beside it) is the option for a pipeline that
-    // misses 113 vCPUs (25 per GPU, the trainer keeping its default 9): $45.032 an hour, and
-    // with the published step times (192 ms → 86 ms) cost per step falls 46%.
-    let p = plan(&job(P4D), Catalog::builtin(), Some(25.0), None, 20).unwrap();
+    // misses 113 vCPUs (25 per GPU, the trainer keeping its default 9): at the prices of its
+    // day $45.032 an hour, and with the published step times (192 ms → 86 ms) cost per step
+    // falls 46%.
+    let p = hetgen_plan::plan(
+        &job(P4D),
+        Catalog::builtin(),
+        &published_prices(),
+        Some(25.0),
+        None,
+        20,
+    )
+    .unwrap();
     let d = p.demand.unwrap();
     let published = d
         .options
@@ -505,24 +537,16 @@ fn a_p4d_has_no_bigger_type_so_data_groups_rank_first_with_the_published_figures
     assert_eq!(published.gpu_cap, 1.0);
     let price = published.cluster_price_per_hour.unwrap();
     assert!((price - 45.032).abs() < 1e-9, "{price}");
-    let improvement = 1.0 - cost_per_step(price, 86.0) / cost_per_step(37.688, 192.0);
+    let improvement = 1.0 - cost_per_step(price, 86.0) / cost_per_step(P4D_2022, 192.0);
     assert_eq!((improvement * 100.0).round(), 46.0);
 }
 
 /// An ml.p3.2xlarge (8 vCPUs, one V100) is the only one-V100 type: nothing to scale up to, so
-/// data groups rank first, and the simplest is the pairing DESIGN.md's spec shows
-/// (ml.c5.9xlarge beside it): $3.825 + $1.836 an hour.
+/// data groups rank first. The simplest is one instance beside it: an ml.c6i.8xlarge (32
+/// vCPUs, $1.632), where the published example paired an ml.c5.9xlarge (36, $1.836).
 #[test]
 fn a_p3_2xlarge_has_no_bigger_type_so_data_groups_rank_first() {
-    let p = plan(
-        &job(&one_group("ml.p3.2xlarge")),
-        Catalog::builtin(),
-        Some(30.0),
-        None,
-        5,
-    )
-    .unwrap();
-    let d = p.demand.unwrap();
+    let d = demand(&job(&one_group("ml.p3.2xlarge")), 30.0, 5);
     assert!((d.gpu_cap - 6.0 / 30.0).abs() < 1e-12);
     assert_eq!(d.decision.bigger_types, 0);
     assert!(d.options.iter().all(|o| o.change.trainer.is_none()));
@@ -531,9 +555,9 @@ fn a_p3_2xlarge_has_no_bigger_type_so_data_groups_rank_first() {
     let data = simplest.change.data.as_ref().unwrap();
     assert_eq!(
         (data.instance_type.as_str(), data.count),
-        ("ml.c5.9xlarge", 1)
+        ("ml.c6i.8xlarge", 1)
     );
-    assert!((simplest.cluster_price_per_hour.unwrap() - (3.825 + 1.836)).abs() < 1e-12);
+    assert!((simplest.cluster_price_per_hour.unwrap() - (3.825 + 1.632)).abs() < 1e-12);
     assert_eq!(simplest.gpu_cap, 1.0);
 }
 
@@ -541,15 +565,7 @@ fn a_p3_2xlarge_has_no_bigger_type_so_data_groups_rank_first() {
 /// V100s) → ml.p3dn.24xlarge (96 vCPUs, eight V100s); short of 100%, it also gets a data group.
 #[test]
 fn the_same_gpus_in_another_family_are_an_option_labelled_as_such() {
-    let p = plan(
-        &job(&one_group("ml.p3.16xlarge")),
-        Catalog::builtin(),
-        Some(12.0),
-        None,
-        5,
-    )
-    .unwrap();
-    let d = p.demand.unwrap();
+    let d = demand(&job(&one_group("ml.p3.16xlarge")), 12.0, 5);
     let same: Vec<_> = d
         .options
         .iter()
@@ -575,26 +591,12 @@ fn the_same_gpus_in_another_family_are_an_option_labelled_as_such() {
 /// turns it off, so a data group must cover every vCPU and a bigger trainer lifts nothing.
 #[test]
 fn options_count_the_trainer_share_as_the_runtime_runs_it() {
-    let on = plan(
-        &job(&one_group("ml.p3.2xlarge")),
-        Catalog::builtin(),
-        Some(30.0),
-        None,
-        5,
-    )
-    .unwrap()
-    .demand
-    .unwrap();
-    let off = plan(
+    let on = demand(&job(&one_group("ml.p3.2xlarge")), 30.0, 5);
+    let off = demand(
         &job_with(&one_group("ml.p3.2xlarge"), "trainer_threads = 0"),
-        Catalog::builtin(),
-        Some(30.0),
-        None,
+        30.0,
         5,
-    )
-    .unwrap()
-    .demand
-    .unwrap();
+    );
     let best = |d: &hetgen_plan::Demand| d.options[0].change.data.clone().unwrap().vcpus;
     // With hybrid input the p3.2xlarge's own 6 cover part of the 30; without it, none.
     assert!(best(&on) >= 24 && best(&on) < 30, "{}", best(&on));
@@ -608,14 +610,14 @@ fn an_unknown_unpriced_type_is_reported_not_summed() {
     let groups = format!(
         "{P4D}[[instance_group]]\nname = \"data_group\"\ninstance_type = \"ml.c7a.16xlarge\"\nrole = \"data\"\nallow_unknown_instance_type = true\n"
     );
-    let p = plan(&job(&groups), Catalog::builtin(), None, None, 5).unwrap();
+    let p = plan(&job(&groups), None, None, 5).unwrap();
     assert_eq!(p.price_per_hour, None);
     assert_eq!(p.unpriced, ["data_group"]);
     assert_eq!(p.unknown, ["data_group"]);
     assert_eq!((p.vcpus, p.gpus), (96, 8));
     let group = p.groups.iter().find(|g| g.name == "data_group").unwrap();
     assert_eq!((group.vcpus, group.price_per_hour), (None, None));
-    let err = plan(&job(&groups), Catalog::builtin(), Some(20.0), None, 5).unwrap_err();
+    let err = plan(&job(&groups), Some(20.0), None, 5).unwrap_err();
     assert!(matches!(err, PlanError::UnknownType { .. }), "{err}");
 
     // With the spec's own price it is summed (and still not sized).
@@ -623,8 +625,8 @@ fn an_unknown_unpriced_type_is_reported_not_summed() {
         "allow_unknown_instance_type = true\n",
         "allow_unknown_instance_type = true\nprice_per_hour = 2.5\n",
     );
-    let p = plan(&job(&priced), Catalog::builtin(), None, None, 5).unwrap();
-    assert!((p.price_per_hour.unwrap() - (37.688 + 2.5)).abs() < 1e-12);
+    let p = plan(&job(&priced), None, None, 5).unwrap();
+    assert!((p.price_per_hour.unwrap() - (P4D_PRICE + 2.5)).abs() < 1e-12);
     assert!(p.unpriced.is_empty());
 }
 
@@ -660,16 +662,11 @@ fn a_spec_price_wins_over_the_price_source() {
 /// a one-group job's pipeline has 3 threads on any type, so no bigger type is an option.
 #[test]
 fn a_bigger_trainer_whose_vcpus_the_runtime_would_not_use_is_no_option() {
-    let d = plan(
+    let d = demand(
         &job_with(&one_group("ml.g5.8xlarge"), "threads = 3"),
-        Catalog::builtin(),
-        Some(10.0),
-        None,
+        10.0,
         5,
-    )
-    .unwrap()
-    .demand
-    .unwrap();
+    );
     assert!((d.gpu_cap - 0.3).abs() < 1e-12);
     assert!(d.decision.bigger_types > 0);
     assert!(

@@ -157,14 +157,19 @@ mod tests {
         }
     }
 
+    /// DESIGN.md's instance facts. Its p4d price ($37.688) is the one its 2022 figures were
+    /// computed at; the catalog carries today's sourced price instead.
     #[test]
     fn design_facts_are_in_the_catalog() {
         let c = Catalog::builtin();
         let p4d = c.get("ml.p4d.24xlarge").unwrap();
         assert_eq!(
             (p4d.vcpus, p4d.gpus, p4d.price_per_hour),
-            (96, 8, Some(37.688))
+            (96, 8, Some(25.2512883))
         );
+        for (name, price) in [("ml.c5.9xlarge", 1.836), ("ml.p3.2xlarge", 3.825)] {
+            assert_eq!(c.get(name).unwrap().price_per_hour, Some(price), "{name}");
+        }
         let c5 = c.get("ml.c5.18xlarge").unwrap();
         assert_eq!((c5.vcpus, c5.gpus, c5.price_per_hour), (72, 0, Some(3.672)));
         assert_eq!(c.get("ml.g5.48xlarge").unwrap().vcpus, 192);
