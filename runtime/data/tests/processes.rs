@@ -128,6 +128,15 @@ fn exited_within(child: &mut Child, limit: Duration) -> Option<(std::process::Ex
     None
 }
 
+/// Wait for the process to exit within `limit_s` seconds, successfully and with `saying` in its
+/// stderr.
+fn exits_saying(child: &mut Child, limit_s: u64, saying: &str) {
+    let (status, stderr) = exited_within(child, Duration::from_secs(limit_s))
+        .unwrap_or_else(|| panic!("no exit within {limit_s} s (to say `{saying}`)"));
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains(saying), "{stderr}");
+}
+
 struct Reaper(Vec<Child>);
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -189,10 +198,7 @@ fn servers_exit_by_watchdog_when_the_trainer_disappears() {
         stream.next_batch().unwrap().unwrap();
         // The trainer vanishes here: its connection and heartbeats end with the client.
     }
-    let (status, stderr) =
-        exited_within(&mut children.0[0], Duration::from_secs(6)).expect("watchdog fired");
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("watchdog"), "{stderr}");
+    exits_saying(&mut children.0[0], 6, "watchdog");
 }
 
 /// Sends `signal` (`TERM`, `INT`) to `child`.
@@ -233,10 +239,7 @@ fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
     // The trainer's launcher says it finished: the server stops at once, cleanly.
     let unreached = client.shutdown("stopped");
     assert!(unreached.is_empty(), "{unreached:?}");
-    let (status, stderr) =
-        exited_within(&mut children.0[0], Duration::from_secs(4)).expect("exits within 4 s");
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("SIGTERM received"), "{stderr}");
+    exits_saying(&mut children.0[0], 4, "SIGTERM received");
 }
 
 #[test]
@@ -245,20 +248,14 @@ fn a_second_signal_stops_a_draining_server_at_once() {
     std::thread::sleep(Duration::from_millis(300));
     signal(&children.0[0], "INT");
     // Well before the drain period would have ended.
-    let (status, stderr) =
-        exited_within(&mut children.0[0], Duration::from_secs(3)).expect("exits at once");
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("SIGINT received again"), "{stderr}");
+    exits_saying(&mut children.0[0], 3, "SIGINT received again");
 }
 
 #[test]
 fn a_draining_server_stops_on_its_own_when_the_trainer_never_finishes() {
     let (_cluster, mut children, _client, _stream) = stopped_while_streaming();
     // The trainer keeps its connection (and heartbeats) but never says it finished.
-    let (status, stderr) = exited_within(&mut children.0[0], Duration::from_secs(12))
-        .expect("stops after the drain period");
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("after the drain period"), "{stderr}");
+    exits_saying(&mut children.0[0], 12, "after the drain period");
 }
 
 #[test]
@@ -446,10 +443,7 @@ fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed_when_idle()
     assert_eq!(held(&flood), 0);
     one_epoch(&client, &job);
     client.shutdown("done");
-    let (status, stderr) =
-        exited_within(&mut children.0[0], Duration::from_secs(5)).expect("stops on Shutdown");
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("closed the quietest"), "{stderr}");
+    exits_saying(&mut children.0[0], 5, "closed the quietest");
 }
 
 /// CPU seconds `pid` has used.
@@ -501,10 +495,7 @@ fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
     let client = cluster.connect(&job, &["algo-1"]);
     one_epoch(&client, &job);
     client.shutdown("done");
-    let (status, stderr) =
-        exited_within(&mut children.0[0], Duration::from_secs(5)).expect("stops on Shutdown");
-    assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("backing off"), "{stderr}");
+    exits_saying(&mut children.0[0], 5, "backing off");
     drop(flood);
 }
 
