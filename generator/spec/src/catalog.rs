@@ -1,5 +1,6 @@
 //! The catalog of SageMaker training instance types (`data/instances.toml`).
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
@@ -20,9 +21,17 @@ pub struct PriceInfo {
     pub region: String,
     /// Currency of every price.
     pub currency: String,
-    /// Default source of the prices.
+    /// Where prices came from, by the name an entry's `price_from` gives.
+    pub sources: BTreeMap<String, PriceSourceEntry>,
+}
+
+/// One source of prices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceSourceEntry {
+    /// A URL with a few words on what it is.
     pub source: String,
-    /// When the prices were recorded (`YYYY-MM`).
+    /// When its figures were read (`YYYY-MM`).
     pub recorded: String,
 }
 
@@ -49,12 +58,9 @@ pub struct InstanceType {
     /// On-demand USD per instance-hour, when known.
     #[serde(default)]
     pub price_per_hour: Option<f64>,
-    /// Where this entry's price came from, when not the catalog's default source.
+    /// Where the price came from: the name of one of `[prices.sources]`.
     #[serde(default)]
-    pub price_source: Option<String>,
-    /// When this entry's price was recorded (`YYYY-MM`), when not the catalog's default date.
-    #[serde(default)]
-    pub price_recorded: Option<String>,
+    pub price_from: Option<String>,
 }
 
 impl InstanceType {
@@ -107,19 +113,14 @@ impl Catalog {
         self.instances.iter().find(|i| i.name == name)
     }
 
-    /// Where the price of `instance` came from: its own source and date, else the catalog's.
-    /// `None` when it has no price.
+    /// Where the price of `instance` came from and when. `None` when it has no price (or,
+    /// which a test rules out for the built-in catalog, names no known source).
     pub fn provenance<'a>(&'a self, instance: &'a InstanceType) -> Option<Provenance<'a>> {
         instance.price_per_hour?;
+        let from = self.prices.sources.get(instance.price_from.as_deref()?)?;
         Some(Provenance {
-            source: instance
-                .price_source
-                .as_deref()
-                .unwrap_or(&self.prices.source),
-            recorded: instance
-                .price_recorded
-                .as_deref()
-                .unwrap_or(&self.prices.recorded),
+            source: &from.source,
+            recorded: &from.recorded,
         })
     }
 
@@ -189,6 +190,14 @@ mod tests {
     #[test]
     fn every_price_has_a_source_and_a_date() {
         let c = Catalog::builtin();
+        for name in c.prices.sources.keys() {
+            assert!(
+                c.instances
+                    .iter()
+                    .any(|i| i.price_from.as_deref() == Some(name)),
+                "source {name} prices nothing"
+            );
+        }
         for i in &c.instances {
             assert_eq!(
                 i.price_per_hour.is_some(),
@@ -197,8 +206,7 @@ mod tests {
                 i.name
             );
             assert!(
-                i.price_per_hour.is_some()
-                    || (i.price_source.is_none() && i.price_recorded.is_none()),
+                i.price_per_hour.is_some() || i.price_from.is_none(),
                 "{}: a source without a price",
                 i.name
             );
