@@ -132,33 +132,44 @@ pub(crate) struct Ctx<'a> {
     pub dir: Option<&'a Path>,
 }
 
-/// Defines one reporting method of [`Ctx`] per severity and part of the entry it points at; they
-/// differ in nothing else, so each is `(code, path, message, label, help)`.
-macro_rules! reporters {
-    ($($(#[$doc:meta])* $name:ident: $severity:ident at $span:ident;)*) => {$(
-        $(#[$doc])*
-        pub fn $name(
-            &mut self,
-            code: &'static str,
-            path: &KeyPath,
-            message: impl Into<String>,
-            label: impl Into<String>,
-            help: impl Into<String>,
-        ) {
-            let span = self.spans.$span(path);
-            self.push(Severity::$severity, code, span, message, label, help);
-        }
-    )*};
-}
-
 impl Ctx<'_> {
-    reporters! {
-        /// Reports an error at the value `path` points to.
-        error: Error at value;
-        /// Reports an error at the key `path` names (for problems with a key rather than a value).
-        error_at_key: Error at key;
-        /// Reports a warning at the value `path` points to.
-        warn: Warning at value;
+    /// Reports an error at the value `path` points to.
+    pub fn error(
+        &mut self,
+        code: &'static str,
+        path: &KeyPath,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let span = self.spans.value(path);
+        self.push(Severity::Error, code, span, message, label, help);
+    }
+
+    /// Reports an error at the key `path` names (for problems with a key rather than a value).
+    pub fn error_at_key(
+        &mut self,
+        code: &'static str,
+        path: &KeyPath,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let span = self.spans.key(path);
+        self.push(Severity::Error, code, span, message, label, help);
+    }
+
+    /// Reports a warning at the value `path` points to.
+    pub fn warn(
+        &mut self,
+        code: &'static str,
+        path: &KeyPath,
+        message: impl Into<String>,
+        label: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let span = self.spans.value(path);
+        self.push(Severity::Warning, code, span, message, label, help);
     }
 
     fn push(
