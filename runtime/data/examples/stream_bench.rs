@@ -26,7 +26,7 @@ const BATCH: usize = 128;
 const SAMPLE_BYTES: usize = 224 * 224 * 3;
 use bytes::Bytes;
 use hetgen_data::server::Batches;
-use hetgen_pipeline::{Batch, BatchStream, InputConfig, PipelineError};
+use hetgen_pipeline::{Batch, BatchStream, InputConfig, PipelineError, ShardWork};
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
 
@@ -53,16 +53,13 @@ impl Batches for Ready {
     }
     fn run_shard(
         &self,
-        epoch: u32,
-        shard: u32,
-        ids: &[u64],
-        batch_size: u32,
+        work: ShardWork<'_>,
         emit: &mut dyn FnMut(Batch) -> bool,
     ) -> Result<(), PipelineError> {
-        for (index, chunk) in ids.chunks(batch_size as usize).enumerate() {
+        for (index, chunk) in work.ids.chunks(work.batch_size as usize).enumerate() {
             let batch = Batch {
-                epoch,
-                shard,
+                epoch: work.epoch,
+                shard: work.shard,
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
                 labels: chunk.iter().map(|id| (id % 10) as i64).collect(),

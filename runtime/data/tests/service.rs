@@ -13,7 +13,7 @@ use hetgen_data::client::Client;
 use hetgen_data::proto::data_service_client::DataServiceClient;
 use hetgen_data::proto::{AckRequest, HandshakeRequest, ShardRequest, ShutdownRequest};
 use hetgen_data::server::{Batches, StopReason};
-use hetgen_pipeline::{Batch, BatchStream};
+use hetgen_pipeline::{Batch, BatchStream, ShardWork};
 use tonic::Code;
 
 /// Many epochs through one server with the fewest credits: a credit lost at any epoch
@@ -903,17 +903,13 @@ impl Batches for Slow {
     }
     fn run_shard(
         &self,
-        epoch: u32,
-        shard: u32,
-        ids: &[u64],
-        batch_size: u32,
+        work: ShardWork<'_>,
         emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
     ) -> Result<(), hetgen_pipeline::PipelineError> {
-        self.engine
-            .run_shard(epoch, shard, ids, batch_size, &mut |batch| {
-                std::thread::sleep(self.delay);
-                emit(batch)
-            })
+        self.engine.run_shard(work, &mut |batch| {
+            std::thread::sleep(self.delay);
+            emit(batch)
+        })
     }
 }
 

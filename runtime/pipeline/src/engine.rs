@@ -28,6 +28,20 @@ use crate::source::{self, Source};
 use crate::stage::{Stage, StageRegistry};
 use crate::{Batch, SampleRng};
 
+/// What [`Engine::run_shard`] is asked to make: the samples of one shard (or of its tail, when
+/// a consumer resumes mid-shard) and how to cut them into batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardWork<'a> {
+    /// Epoch the samples belong to: it seeds their augmentation.
+    pub epoch: u32,
+    /// Shard number the batches are labelled with.
+    pub shard: u32,
+    /// Sample ids, in the order their batches are cut.
+    pub ids: &'a [u64],
+    /// Samples per batch; the last batch may be short.
+    pub batch_size: u32,
+}
+
 /// A compiled stage: a built-in as the spec states it, or a custom stage built from its params.
 enum Op {
     Builtin(StageSpec),
@@ -220,16 +234,20 @@ impl Engine {
         }
     }
 
-    /// Turn `ids` (a shard's samples, in order) into batches of `batch_size`, calling `emit`
-    /// with each in order; stops early when `emit` returns `false`. Batch indices count from 0.
+    /// Turn the work's `ids` (a shard's samples, in order) into batches of its `batch_size`,
+    /// calling `emit` with each in order; stops early when `emit` returns `false`. Batch indices
+    /// count from 0.
     pub fn run_shard(
         &self,
-        epoch: u32,
-        shard: u32,
-        ids: &[u64],
-        batch_size: u32,
+        work: ShardWork<'_>,
         emit: &mut dyn FnMut(Batch) -> bool,
     ) -> Result<(), PipelineError> {
+        let ShardWork {
+            epoch,
+            shard,
+            ids,
+            batch_size,
+        } = work;
         let sample_bytes = self.shape.iter().map(|d| *d as usize).product::<usize>();
         for (index, chunk) in ids.chunks(batch_size.max(1) as usize).enumerate() {
             // Each sample's bytes are written once, by the thread that made it: the buffer is

@@ -24,7 +24,7 @@ pub mod source;
 pub mod stage;
 
 pub use alloc::{release_free_memory, tune_allocator};
-pub use engine::{Engine, available_cores};
+pub use engine::{Engine, ShardWork, available_cores};
 pub use error::PipelineError;
 pub use image::Image;
 pub use input::{BatchStream, BoxError, InputConfig, Position};

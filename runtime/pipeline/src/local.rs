@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use crate::{Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, Position};
+use crate::{Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, Position, ShardWork};
 
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 2;
@@ -63,7 +63,13 @@ fn produce(engine: &Engine, config: &InputConfig, start: &Position, tx: &SyncSen
             let Some(skip) = skip else { continue };
             let ids = &shard.sample_ids[(skip * bs) as usize..];
             let mut open = true;
-            let result = engine.run_shard(epoch, shard.id, ids, bs, &mut |mut batch| {
+            let work = ShardWork {
+                epoch,
+                shard: shard.id,
+                ids,
+                batch_size: bs,
+            };
+            let result = engine.run_shard(work, &mut |mut batch| {
                 batch.index += skip;
                 open = tx.send(Ok((batch, total))).is_ok();
                 open

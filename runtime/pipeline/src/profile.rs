@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Engine, EpochPlan, PipelineError};
+use crate::{Engine, EpochPlan, PipelineError, ShardWork};
 
 /// One stage's share of the work.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,17 +56,17 @@ pub fn measure(
         let plan = EpochPlan::new(seed, epoch, engine.samples_per_epoch(), shard_size, 0, 1);
         for shard in &plan.shards {
             let mut over = false;
-            engine.run_shard(
+            let work = ShardWork {
                 epoch,
-                shard.id,
-                &shard.sample_ids,
+                shard: shard.id,
+                ids: &shard.sample_ids,
                 batch_size,
-                &mut |batch| {
-                    samples += batch.len() as u64;
-                    over = start.elapsed() >= budget;
-                    !over
-                },
-            )?;
+            };
+            engine.run_shard(work, &mut |batch| {
+                samples += batch.len() as u64;
+                over = start.elapsed() >= budget;
+                !over
+            })?;
             if over {
                 break 'run;
             }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use hetgen_pipeline::codec::{encode_jpeg, encode_png};
 use hetgen_pipeline::{
-    Batch, BatchStream, Engine, Image, InputConfig, LocalInput, PipelineError, StageRegistry,
+    Batch, BatchStream, Engine, Image, InputConfig, LocalInput, PipelineError, ShardWork,
+    StageRegistry,
 };
 use hetgen_spec::model::Job;
 use proptest::prelude::*;
@@ -37,10 +38,18 @@ fn files_engine(format: &str, dir: &Path, batch: u32, stages: &str, threads: usi
 fn shard(engine: &Engine, epoch: u32, ids: &[u64], batch: u32) -> Vec<Batch> {
     let mut out = Vec::new();
     engine
-        .run_shard(epoch, 0, ids, batch, &mut |b| {
-            out.push(b);
-            true
-        })
+        .run_shard(
+            ShardWork {
+                epoch,
+                shard: 0,
+                ids,
+                batch_size: batch,
+            },
+            &mut |b| {
+                out.push(b);
+                true
+            },
+        )
         .unwrap();
     out
 }
@@ -139,7 +148,15 @@ fn a_corrupt_file_fails_naming_the_sample_and_stage() {
     std::fs::write(dir.path().join("a/0.png"), b"\x89PNG\r\n\x1a\nbroken").unwrap();
     let engine = files_engine("image-folder", dir.path(), 4, DECODE_RESIZE, 1);
     let err = engine
-        .run_shard(0, 0, &[1, 0], 4, &mut |_| true)
+        .run_shard(
+            ShardWork {
+                epoch: 0,
+                shard: 0,
+                ids: &[1, 0],
+                batch_size: 4,
+            },
+            &mut |_| true,
+        )
         .unwrap_err();
     assert!(
         matches!(&err, PipelineError::Sample { sample: 0, stage, .. } if stage == "decode+resize"),

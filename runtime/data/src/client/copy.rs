@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::{Batch, Engine};
+use hetgen_pipeline::{Batch, Engine, ShardWork};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -183,10 +183,12 @@ impl LocalShard {
         let ids = &self.ids[(self.from as usize * bs).min(self.ids.len())..];
         self.engine
             .run_shard(
-                self.epoch,
-                self.shard_id,
-                ids,
-                self.batch_size,
+                ShardWork {
+                    epoch: self.epoch,
+                    shard: self.shard_id,
+                    ids,
+                    batch_size: self.batch_size,
+                },
                 &mut |mut batch| {
                     if cancel.is_cancelled() {
                         return false;

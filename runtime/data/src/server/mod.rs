@@ -50,7 +50,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::{Engine, PipelineError};
+use hetgen_pipeline::{Engine, PipelineError, ShardWork};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -90,14 +90,11 @@ pub trait Batches: Send + Sync + 'static {
     fn threads(&self) -> usize;
     /// Cores busy right now.
     fn busy_threads(&self) -> usize;
-    /// Turn `ids` into batches of `batch_size` in order, calling `emit` with each; stop early
-    /// when it returns `false`.
+    /// Turn the work's `ids` into batches of its `batch_size` in order, calling `emit` with
+    /// each; stop early when it returns `false`.
     fn run_shard(
         &self,
-        epoch: u32,
-        shard: u32,
-        ids: &[u64],
-        batch_size: u32,
+        work: ShardWork<'_>,
         emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
     ) -> Result<(), PipelineError>;
 }
@@ -117,13 +114,10 @@ impl Batches for Engine {
     }
     fn run_shard(
         &self,
-        epoch: u32,
-        shard: u32,
-        ids: &[u64],
-        batch_size: u32,
+        work: ShardWork<'_>,
         emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
     ) -> Result<(), PipelineError> {
-        Engine::run_shard(self, epoch, shard, ids, batch_size, emit)
+        Engine::run_shard(self, work, emit)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use hetgen_pipeline::ShardWork;
 use tokio::sync::mpsc;
 
 use super::refusal::Refusal;
@@ -80,13 +81,13 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
         }
         sent
     };
-    let result = shared.engine.run_shard(
-        request.epoch,
-        request.shard,
-        &request.sample_ids,
-        request.batch_size,
-        &mut emit,
-    );
+    let work = ShardWork {
+        epoch: request.epoch,
+        shard: request.shard,
+        ids: &request.sample_ids,
+        batch_size: request.batch_size,
+    };
+    let result = shared.engine.run_shard(work, &mut emit);
     let (epoch, shard) = (request.epoch, request.shard);
     let ended_early = match result {
         Err(e) => {
