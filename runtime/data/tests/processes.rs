@@ -16,7 +16,6 @@ use hetgen_spec::model::Job;
 struct Cluster {
     dir: tempfile::TempDir,
     port: u16,
-    net: u8,
     /// The trainer host, whose ids (`algo-N/rank-0`) the job's servers accept.
     trainer: String,
     // The tests of this file share one process environment (HETGEN_HOSTS_FILE) and host names,
@@ -53,7 +52,6 @@ impl Cluster {
         Cluster {
             dir,
             port,
-            net,
             trainer,
             _serial: serial,
         }
@@ -92,7 +90,6 @@ impl Cluster {
     }
 
     fn hosts(&self, names: &[&str]) -> Vec<(String, u16)> {
-        let _ = self.net;
         names.iter().map(|n| (n.to_string(), self.port)).collect()
     }
 
@@ -268,7 +265,6 @@ fn a_server_without_a_token_fails_with_the_reason_in_the_failure_file() {
     assert!(stderr.contains("HETGEN_JOB_TOKEN"), "{stderr}");
     let failure = std::fs::read_to_string(cluster.failure("algo-1")).unwrap();
     assert!(failure.contains("HETGEN_JOB_TOKEN"), "{failure}");
-    let _ = Path::new("");
 }
 
 #[test]
