@@ -23,20 +23,23 @@ const P4D_2022: f64 = 37.688;
 /// The prices DESIGN.md's figures were computed at: the p4d at [`P4D_2022`] and the c5 sizes
 /// the published example chose from, and no others.
 fn published_prices() -> Prices {
-    let c5 = [
-        ("ml.c5.xlarge", 0.204),
-        ("ml.c5.2xlarge", 0.408),
-        ("ml.c5.4xlarge", 0.816),
-        ("ml.c5.9xlarge", 1.836),
-        ("ml.c5.18xlarge", 3.672),
-    ];
-    let prices = c5.into_iter().chain([("ml.p4d.24xlarge", P4D_2022)]);
-    Prices::price_list(
-        "us-east-1",
+    price_list(
         "2022-10-27",
-        false,
-        prices.map(|(name, usd)| (name.to_owned(), usd)),
+        &[
+            ("ml.c5.xlarge", 0.204),
+            ("ml.c5.2xlarge", 0.408),
+            ("ml.c5.4xlarge", 0.816),
+            ("ml.c5.9xlarge", 1.836),
+            ("ml.c5.18xlarge", 3.672),
+            ("ml.p4d.24xlarge", P4D_2022),
+        ],
     )
+}
+
+/// Prices as a Price List answer for us-east-1 read on `fetched` would give them.
+fn price_list(fetched: &str, prices: &[(&str, f64)]) -> Prices {
+    let prices = prices.iter().map(|(name, usd)| (name.to_string(), *usd));
+    Prices::price_list("us-east-1", fetched, false, prices)
 }
 
 /// The demand side of [`plan`] for a job that must size: `cpu_per_gpu` given, no rate.
@@ -459,14 +462,9 @@ fn a_g5_12xlarge_scales_up_to_a_g5_24xlarge() {
 /// made up.
 #[test]
 fn unpriced_options_are_listed_apart_and_never_summed() {
-    let prices = Prices::price_list(
-        "us-east-1",
+    let prices = price_list(
         "2026-12-04",
-        false,
-        [
-            ("ml.c5.xlarge".to_owned(), 0.204),
-            ("ml.c5.4xlarge".to_owned(), 0.816),
-        ],
+        &[("ml.c5.xlarge", 0.204), ("ml.c5.4xlarge", 0.816)],
     );
     let job = job(&one_group("ml.g5.8xlarge"));
     let p = hetgen_plan::plan(&job, Catalog::builtin(), &prices, Some(50.0), None, 5).unwrap();
@@ -634,14 +632,9 @@ fn an_unknown_unpriced_type_is_reported_not_summed() {
 #[test]
 fn a_spec_price_wins_over_the_price_source() {
     let spec = one_group("ml.p3.2xlarge") + "price_per_hour = 2.0\n";
-    let prices = Prices::price_list(
-        "us-east-1",
+    let prices = price_list(
         "2026-12-04",
-        false,
-        [
-            ("ml.p3.2xlarge".to_owned(), 9.0),
-            ("ml.c5.9xlarge".to_owned(), 1.0),
-        ],
+        &[("ml.p3.2xlarge", 9.0), ("ml.c5.9xlarge", 1.0)],
     );
     let p = hetgen_plan::plan(
         &job(&spec),
