@@ -60,20 +60,14 @@ def test_catalog_types_are_training_instance_types():
     assert sorted(set(types) - set(model.enum("TrainingInstanceType"))) == []
 
 
-# Accelerated training types whose sizes hetgen has not confirmed from a source it can name
-# (instances.toml says so); every other accelerated member of the enum is in the catalog.
-NOT_YET_IN_CATALOG = {"g7", "g7e", "p6-b300", "p6e-gb200"}
-
-
+# Every accelerated (GPU and Trainium) member of the enum is in the catalog.
 def test_catalog_covers_every_accelerated_training_type():
     types = {entry["type"] for entry in tomllib.loads(CATALOG.read_text())["instance"]}
     family = lambda t: t.removeprefix("ml.").rsplit(".", 1)[0]  # noqa: E731
     accelerated = [t for t in model.enum("TrainingInstanceType")
                    if family(t)[0] in "gp" or family(t).startswith("trn")]
     assert len(accelerated) > 50  # the walk found the GPU and Trainium types, not a stub
-    missing = sorted(t for t in accelerated
-                     if t not in types and family(t) not in NOT_YET_IN_CATALOG)
-    assert missing == []
+    assert sorted(t for t in accelerated if t not in types) == []
 
 
 def test_every_pattern_compiles():
