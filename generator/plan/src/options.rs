@@ -8,7 +8,7 @@
 //! trainer hosts' own pipeline, hybrid input included), and ranked by $ per busy GPU-hour.
 
 use hetgen_spec::model::{Group, Role};
-use hetgen_spec::{Catalog, InstanceType, Job};
+use hetgen_spec::{Catalog, InstanceType, Job, catalog};
 use serde::Serialize;
 
 use crate::{GroupPlan, PlanError, Prices, busy_cost, cap, group_plans, sides, total};
@@ -132,6 +132,12 @@ fn cost_key(c: &Choice) -> f64 {
     c.cost_per_busy_gpu_hour.unwrap_or(f64::INFINITY)
 }
 
+/// Whether a data group may be made of `instance`: a CPU type that can hold a pipeline's steady
+/// load (not a burstable one, whose vCPUs slow to a fraction once its credits run out).
+fn is_data_type(instance: &InstanceType) -> bool {
+    instance.gpus == 0 && !catalog::is_burstable(&instance.name)
+}
+
 /// Every way to run `job` that `needed` vCPUs call for, ranked; and how many CPU types were
 /// left out for want of a price. `keep` bounds the data groups tried with the trainer as
 /// written (one, the cheapest, with each bigger trainer type).
@@ -145,7 +151,7 @@ pub(crate) fn choices(
     let unpriced_cpu_types = catalog
         .instances
         .iter()
-        .filter(|i| i.gpus == 0 && prices.get(&i.name).is_none())
+        .filter(|i| is_data_type(i) && prices.get(&i.name).is_none())
         .count();
     let as_written = evaluate(job, catalog, prices, needed, no_change())?;
     let trainer = job.trainer_group();
@@ -324,7 +330,7 @@ fn data_groups(
     let mut out: Vec<(f64, AddedData)> = catalog
         .instances
         .iter()
-        .filter(|i| i.gpus == 0)
+        .filter(|i| is_data_type(i))
         .filter_map(|i| {
             let price = prices.get(&i.name)?.usd_per_hour;
             // Options too large to count are not options.

@@ -559,6 +559,23 @@ fn a_p3_2xlarge_has_no_bigger_type_so_data_groups_rank_first() {
     assert_eq!(simplest.gpu_cap, 1.0);
 }
 
+/// Burstable types are priced but never a data group: at $0.025 a vCPU an hour an ml.t3.medium
+/// would undercut every c5, and then slow to a fraction of its vCPUs once its credits ran out.
+#[test]
+fn burstable_types_are_never_data_groups() {
+    let t3 = Catalog::builtin().get("ml.t3.medium").unwrap();
+    assert_eq!(t3.price_per_hour, Some(0.05));
+    let d = demand(&job(&one_group("ml.g5.8xlarge")), 50.0, 50);
+    let data: Vec<&str> = d
+        .options
+        .iter()
+        .filter_map(|o| o.change.data.as_ref())
+        .map(|x| x.instance_type.as_str())
+        .collect();
+    assert!(data.len() > 10, "{data:?}");
+    assert!(data.iter().all(|t| !t.starts_with("ml.t")), "{data:?}");
+}
+
 /// Another family with the same GPUs counts, labelled as such: ml.p3.16xlarge (64 vCPUs, eight
 /// V100s) → ml.p3dn.24xlarge (96 vCPUs, eight V100s); short of 100%, it also gets a data group.
 #[test]

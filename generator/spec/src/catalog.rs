@@ -76,6 +76,12 @@ pub fn family(name: &str) -> &str {
     name.rsplit_once('.').map_or(name, |(family, _)| family)
 }
 
+/// Whether `name` is a burstable type (`t2`, `t3`, …): its vCPUs run at full speed only while
+/// CPU credits last, then at a fraction of it, so it cannot keep up a pipeline's steady load.
+pub fn is_burstable(name: &str) -> bool {
+    family(name).starts_with('t') && !is_neuron(name)
+}
+
 /// Whether `name` is an AWS Trainium type (`trn1`, `trn1n`, `trn2`): its accelerators are
 /// Neuron devices, not GPUs.
 pub fn is_neuron(name: &str) -> bool {
@@ -183,6 +189,20 @@ mod tests {
         ] {
             let i = c.get(name).unwrap();
             assert_eq!((i.vcpus, i.gpus), (vcpus, gpus), "{name}");
+        }
+    }
+
+    #[test]
+    fn burstable_types_are_the_t_families() {
+        for (name, burstable) in [
+            ("ml.t3.medium", true),
+            ("ml.t2.large", true),
+            ("ml.trn1.32xlarge", false),
+            ("ml.trn2.48xlarge", false),
+            ("ml.c5.xlarge", false),
+            ("ml.m7i.large", false),
+        ] {
+            assert_eq!(is_burstable(name), burstable, "{name}");
         }
     }
 
