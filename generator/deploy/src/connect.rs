@@ -69,15 +69,6 @@ impl Aws {
         }
         aws_sdk_pricing::Client::from_conf(pricing.build())
     }
-
-    /// The region resolved for this configuration: `--region`, else the spec's, else the
-    /// environment's.
-    pub fn region(&self) -> &str {
-        self.config
-            .region()
-            .map(|r| r.as_ref())
-            .expect("connect refuses a configuration without a region")
-    }
 }
 
 async fn config(
