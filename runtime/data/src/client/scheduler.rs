@@ -514,8 +514,10 @@ impl Scheduler {
 
     /// Back up the overdue shards that are in the way ([`hedge`]): at the epoch's tail
     /// (`tail`: nothing left in the queue) any of them, in deterministic mode the one being
-    /// yielded. Their sources are marked behind; a source behind that answered a heartbeat
-    /// since is not any more.
+    /// yielded. Their sources are marked behind (never this host's own pipeline: it cannot be
+    /// frozen apart from the trainer, only slow, so it takes new shards at once while its
+    /// overdue ones are still backed up); a source behind that answered a heartbeat since is
+    /// not any more.
     fn hedge(
         &mut self,
         epoch: u32,
@@ -526,13 +528,9 @@ impl Scheduler {
     ) {
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let answered = Duration::from_millis(self.answered[i].load(Ordering::Relaxed));
-            // This host's own pipeline cannot be frozen apart from the trainer, only slow: it
-            // takes new shards at once (its overdue ones are still backed up).
-            let local = matches!(slot.source, Source::Local(_));
-            if local
-                || slot
-                    .behind
-                    .is_some_and(|since| self.started + answered > since)
+            if slot
+                .behind
+                .is_some_and(|since| self.started + answered > since)
             {
                 slot.behind = None;
             }
@@ -556,8 +554,9 @@ impl Scheduler {
                 continue;
             }
             let late = state.copies[0].slot;
-            if self.slots[late].behind.is_none() {
-                self.slots[late].behind = Some(now);
+            let slot = &mut self.slots[late];
+            if slot.behind.is_none() && matches!(slot.source, Source::Remote(_)) {
+                slot.behind = Some(now);
             }
             if self.backups_left == 0 {
                 continue;
