@@ -107,19 +107,4 @@ impl Prices {
     pub fn get(&self, instance_type: &str) -> Option<&Price> {
         self.by_type.get(instance_type)
     }
-
-    /// Sets the price of `instance_type` (a figure from elsewhere: a test's, a user's).
-    pub fn insert(&mut self, instance_type: &str, price: Price) {
-        self.by_type.insert(instance_type.to_owned(), price);
-    }
-
-    /// How many types have a price.
-    pub fn len(&self) -> usize {
-        self.by_type.len()
-    }
-
-    /// Whether no type has a price.
-    pub fn is_empty(&self) -> bool {
-        self.by_type.is_empty()
-    }
 }
