@@ -535,19 +535,21 @@ impl Scheduler {
                 slot.behind = None;
             }
         }
-        // Outside the epoch's tail only deterministic order has a shard in the way.
-        if !tail && !self.input.deterministic {
-            return;
-        }
+        // Outside the epoch's tail only deterministic order has a shard in the way: the one
+        // being yielded.
+        let in_the_way = match (tail, self.input.deterministic) {
+            (true, _) => 0..shards.len(),
+            (false, true) => cursor..(cursor + 1).min(shards.len()),
+            (false, false) => return,
+        };
         let counted = |i: usize| self.slots[i].alive && self.slots[i].behind.is_none();
         let Some(patience) = self.pace.patience(counted) else {
             return;
         };
         let now = Instant::now();
-        for next in 0..shards.len() {
+        for next in in_the_way {
             let state = &shards[next];
-            if !(tail || next == cursor)
-                || state.copies.len() != 1
+            if state.copies.len() != 1
                 || state.received == state.total
                 || now - state.last_progress < patience
             {
