@@ -48,15 +48,15 @@ fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Pri
         .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
         .unwrap_or_else(|| catalog.prices.region.clone());
     let cache = cache_dir().map(|d| d.join("prices").join(format!("sagemaker-{region}.json")));
-    let cached = cache.as_deref().and_then(TrainingPrices::load);
+    let mut cached = cache
+        .as_deref()
+        .and_then(TrainingPrices::load)
+        .filter(|p| p.region == region);
     let from = |p: TrainingPrices, cached: bool| {
         Prices::price_list(&p.region, &p.fetched, cached, p.prices)
     };
-    if let Some(p) = &cached
-        && p.region == region
-        && p.fetched == pricing::today()
-    {
-        return from(p.clone(), true);
+    if let Some(p) = cached.take_if(|p| p.fetched == pricing::today()) {
+        return from(p, true);
     }
     let fetched = super::block_on(async {
         let aws = hetgen_deploy::Aws::connect(&args.connection(), Some(&region)).await?;
@@ -80,7 +80,7 @@ fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Pri
         ),
         Err(e) => (e.to_string(), e.help().map(|h| h.to_string())),
     };
-    let (prices, using) = match cached.filter(|p| p.region == region) {
+    let (prices, using) = match cached {
         Some(p) => {
             let using = format!("those cached on {}", p.fetched);
             (from(p, true), using)
