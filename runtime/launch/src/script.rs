@@ -120,9 +120,8 @@ struct Rendezvous {
     nodes: usize,
     /// This host's index among them (`resourceconfig.json`'s order).
     node_rank: usize,
-    /// The first host, resolved.
+    /// The first host, resolved, at the rendezvous port.
     master: SocketAddr,
-    port: u16,
 }
 
 impl Rendezvous {
@@ -151,7 +150,6 @@ impl Rendezvous {
             nodes: hosts.len(),
             node_rank,
             master,
-            port,
         })
     }
 }
@@ -172,7 +170,7 @@ fn torchrun(
         .arg(format!("--node-rank={}", rendezvous.node_rank))
         .arg(format!("--nproc-per-node={}", script.processes_per_host))
         .arg(format!("--master-addr={}", rendezvous.master.ip()))
-        .arg(format!("--master-port={}", rendezvous.port))
+        .arg(format!("--master-port={}", rendezvous.master.port()))
         .arg(program)
         .args(&script.args)
         .args(more_args)
