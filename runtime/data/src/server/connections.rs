@@ -82,11 +82,13 @@ impl Connections {
     }
 
     /// Close the quietest connection, if it has been quiet for [`EVICTABLE`]; whether one was.
+    /// One already told to close is leaving and makes no more room.
     fn evict_quietest(&self) -> bool {
         let open = lock(&self.open);
         let now = self.now_ms();
         let quietest = open
             .values()
+            .filter(|c| !c.close.is_cancelled())
             .min_by_key(|c| c.last_read_ms.load(Ordering::Relaxed));
         match quietest {
             Some(conn)
@@ -290,5 +292,29 @@ impl tonic::transport::server::Connected for Tracked {
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.io.connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_already_told_to_close_makes_no_room_a_second_time() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let socket = || async { TcpStream::connect(address).await.unwrap() };
+        let mut connections = Connections::new(1, Duration::from_secs(60));
+        // Ten seconds of history, so a connection can have been quiet longer than EVICTABLE.
+        Arc::get_mut(&mut connections).unwrap().epoch = Instant::now() - Duration::from_secs(10);
+        let quiet = connections.admit(socket().await).unwrap();
+        quiet.conn.last_read_ms.store(0, Ordering::Relaxed);
+        // At the cap: the quiet one is told to close and a trainer takes its place.
+        let _trainer = connections.admit(socket().await).unwrap();
+        assert!(quiet.conn.close.is_cancelled());
+        // The quiet one has not left yet; it cannot make room again, and the trainer is not
+        // quiet: a third connection is turned away, not let in over the cap.
+        assert!(connections.admit(socket().await).is_none());
+        drop(quiet);
     }
 }
