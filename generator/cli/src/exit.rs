@@ -164,6 +164,16 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// A local run that ended Failed or Stopped, as its record says.
+    pub fn local_job_failed(record: hetgen_local::JobRecord) -> Failure {
+        Failure::LocalJobFailed {
+            name: record.job_name,
+            status: format!("{:?}", record.status),
+            reason: record.failure_reason,
+            dir: record.job_dir,
+        }
+    }
+
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
             Failure::InvalidSpec(_) | Failure::NoSageMaker { .. } => code::INVALID_SPEC,

@@ -175,12 +175,7 @@ fn failure(args: &BenchArgs, e: BenchError) -> Failure {
     use miette::Diagnostic;
     match e {
         BenchError::Local(e) => Failure::Local(e),
-        BenchError::Incomplete(record) => Failure::LocalJobFailed {
-            name: record.job_name,
-            status: format!("{:?}", record.status),
-            reason: record.failure_reason,
-            dir: record.job_dir,
-        },
+        BenchError::Incomplete(record) => Failure::local_job_failed(*record),
         e => Failure::Bench {
             spec: args.spec.clone(),
             why: e.to_string(),

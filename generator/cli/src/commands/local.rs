@@ -41,12 +41,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     print_record(&record);
     match record.status {
         Status::Completed => Ok(ExitCode::SUCCESS),
-        status => Err(Failure::LocalJobFailed {
-            name: record.job_name.clone(),
-            status: format!("{status:?}"),
-            reason: record.failure_reason.clone(),
-            dir: record.job_dir.clone(),
-        }),
+        _ => Err(Failure::local_job_failed(record)),
     }
 }
 
