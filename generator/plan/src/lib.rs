@@ -195,7 +195,7 @@ pub fn plan(
     {
         return Err(PlanError::CpuPerGpu(per_gpu));
     }
-    let groups = group_plans(job, catalog, prices)?;
+    let groups = group_plans(job, prices)?;
     let unknown: Vec<String> = groups
         .iter()
         .filter(|g| g.vcpus.is_none() || g.gpus.is_none())
@@ -282,25 +282,14 @@ fn price_dates(prices: &Prices, groups: &[GroupPlan], demand: Option<&Demand>) -
 }
 
 /// A group's price per instance-hour: its own `price_per_hour` from the spec, else `prices`'.
-///
-/// The resolved job holds the spec's price or the catalog's; a price that differs from the
-/// catalog's is the spec's own.
-fn unit_price(
-    group: &hetgen_spec::model::Group,
-    catalog: &Catalog,
-    prices: &Prices,
-) -> Option<f64> {
-    let catalog_price = catalog
-        .get(&group.instance_type)
-        .and_then(|i| i.price_per_hour);
+fn unit_price(group: &hetgen_spec::model::Group, prices: &Prices) -> Option<f64> {
     group
         .price_per_hour
-        .filter(|p| Some(*p) != catalog_price)
         .or_else(|| prices.get(&group.instance_type).map(|p| p.usd_per_hour))
 }
 
 /// Every group of `job`, counted and priced.
-fn group_plans(job: &Job, catalog: &Catalog, prices: &Prices) -> Result<Vec<GroupPlan>, PlanError> {
+fn group_plans(job: &Job, prices: &Prices) -> Result<Vec<GroupPlan>, PlanError> {
     job.groups
         .iter()
         .map(|g| {
@@ -311,7 +300,7 @@ fn group_plans(job: &Job, catalog: &Catalog, prices: &Prices) -> Result<Vec<Grou
                 count: g.count,
                 vcpus: g.vcpus.map(|v| mul(v, g.count, "vCPUs")).transpose()?,
                 gpus: g.gpus.map(|n| mul(n, g.count, "GPUs")).transpose()?,
-                price_per_hour: unit_price(g, catalog, prices).map(|p| p * f64::from(g.count)),
+                price_per_hour: unit_price(g, prices).map(|p| p * f64::from(g.count)),
             })
         })
         .collect()
@@ -378,7 +367,8 @@ pub struct Comparison {
     pub improvement: f64,
 }
 
-/// The cluster price of `job`: `price` when given, else the sum over its groups.
+/// The cluster price of `job`: `price` when given, else the sum over its groups, each at the
+/// spec's own price or the catalog's.
 pub fn cluster_price(job: &Job, price: Option<f64>) -> Result<f64, PlanError> {
     if let Some(p) = price {
         return if p.is_finite() && p > 0.0 {
@@ -387,10 +377,11 @@ pub fn cluster_price(job: &Job, price: Option<f64>) -> Result<f64, PlanError> {
             Err(PlanError::Price(p))
         };
     }
+    let prices = Prices::catalog(Catalog::builtin());
     job.groups
         .iter()
         .map(|g| {
-            g.price_per_hour
+            unit_price(g, &prices)
                 .map(|p| p * f64::from(g.count))
                 .ok_or_else(|| PlanError::NoPrice {
                     group: g.name.clone(),

@@ -153,7 +153,7 @@ pub(crate) fn choices(
         .iter()
         .filter(|i| is_data_type(i) && prices.get(&i.name).is_none())
         .count();
-    let as_written = evaluate(job, catalog, prices, needed, no_change())?;
+    let as_written = evaluate(job, prices, needed, no_change())?;
     let trainer = job.trainer_group();
     let bigger = bigger_types(catalog, &trainer.instance_type);
     if as_written.gpu_cap >= FULL {
@@ -179,7 +179,6 @@ pub(crate) fn choices(
             None => as_written.clone(),
             Some(s) => evaluate(
                 &variant,
-                catalog,
                 prices,
                 needed,
                 Change {
@@ -204,7 +203,6 @@ pub(crate) fn choices(
                 };
                 out.push(evaluate(
                     &with_data(&variant, catalog, &data),
-                    catalog,
                     prices,
                     needed,
                     change,
@@ -316,7 +314,7 @@ fn data_groups(
             vcpus: probe_type.vcpus,
         },
     );
-    let groups = group_plans(&probe, catalog, prices)?;
+    let groups = group_plans(&probe, prices)?;
     let trainer_share = sides(&probe, &groups, None)?[0].vcpus;
     let existing = total(
         groups[..groups.len() - 1]
@@ -361,14 +359,8 @@ fn data_groups(
 }
 
 /// `job` counted, priced and capped as a [`Choice`].
-fn evaluate(
-    job: &Job,
-    catalog: &Catalog,
-    prices: &Prices,
-    needed: f64,
-    change: Change,
-) -> Result<Choice, PlanError> {
-    let groups = group_plans(job, catalog, prices)?;
+fn evaluate(job: &Job, prices: &Prices, needed: f64, change: Change) -> Result<Choice, PlanError> {
+    let groups = group_plans(job, prices)?;
     let pipeline_vcpus = total(sides(job, &groups, None)?.iter().map(|s| s.vcpus), "vCPUs")?;
     let gpus = total(groups.iter().filter_map(|g| g.gpus), "GPUs")?;
     let gpu_cap = cap(f64::from(pipeline_vcpus), needed);

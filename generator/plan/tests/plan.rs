@@ -666,6 +666,11 @@ fn a_spec_price_wins_over_the_price_source() {
     let d = p.demand.unwrap();
     assert_eq!(d.options[0].cluster_price_per_hour, Some(3.0));
     assert_eq!(p.price_dates, ["2026-12-04"]);
+
+    // Even when the spec's price is the catalog's own figure.
+    let spec = one_group("ml.p3.2xlarge") + "price_per_hour = 3.825\n";
+    let p = hetgen_plan::plan(&job(&spec), Catalog::builtin(), &prices, None, None, 5).unwrap();
+    assert_eq!(p.price_per_hour, Some(3.825));
 }
 
 /// A bigger trainer lifts nothing when the runtime would not use its vCPUs: with `threads = 3`

@@ -153,7 +153,8 @@ pub struct Group {
     pub vcpus: Option<u32>,
     /// GPUs per instance, when the type is in the catalog.
     pub gpus: Option<u32>,
-    /// USD per instance-hour: the spec's override, else the catalog's, when known.
+    /// USD per instance-hour as the spec sets it (`price_per_hour`), which wins over any price
+    /// source; `None` when the spec sets none (`hetgen plan` then prices the type).
     pub price_per_hour: Option<f64>,
 }
 

@@ -107,7 +107,7 @@ fn group<'a>(
         distribution: g.distribution,
         vcpus: entry.map(|e| e.vcpus),
         gpus,
-        price_per_hour: g.price_per_hour.or(entry.and_then(|e| e.price_per_hour)),
+        price_per_hour: g.price_per_hour,
     }
 }
 
