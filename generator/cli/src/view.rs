@@ -82,9 +82,10 @@ pub fn summary_lines(summary: &Summary) -> Vec<String> {
         summary.stall_fraction * 100.0,
         summary.final_loss,
     )];
-    let total: u64 = summary.batches_by_source.values().sum();
+    let input = &summary.input;
+    let total: u64 = input.batches_by_source.values().sum();
     if total > 0 {
-        let shares: Vec<String> = summary
+        let shares: Vec<String> = input
             .batches_by_source
             .iter()
             .map(|(source, n)| format!("{source} {:.1} %", 100.0 * *n as f64 / total as f64))
@@ -94,10 +95,10 @@ pub fn summary_lines(summary: &Summary) -> Vec<String> {
             shares.join(", ")
         ));
     }
-    if summary.backup_shards > 0 || summary.duplicate_batches > 0 {
+    if input.backup_shards > 0 || input.duplicate_batches > 0 {
         lines.push(format!(
             "input: {} shards backed up on another source (a source fell behind), {} duplicate batches dropped",
-            summary.backup_shards, summary.duplicate_batches
+            input.backup_shards, input.duplicate_batches
         ));
     }
     lines
@@ -300,6 +301,7 @@ impl LogView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetgen_env::InputReport;
 
     #[test]
     fn groups_are_found_in_the_runtimes_and_the_toolkits_lines() {
@@ -378,10 +380,12 @@ mod tests {
             model: "mlp".into(),
             replicas: 1,
             resumed_from_step: None,
-            batches_by_source: [("algo-2".to_owned(), 3), ("local".to_owned(), 1)].into(),
-            local_threads: 1,
-            backup_shards: 2,
-            duplicate_batches: 5,
+            input: InputReport {
+                batches_by_source: [("algo-2".to_owned(), 3), ("local".to_owned(), 1)].into(),
+                local_threads: 1,
+                backup_shards: 2,
+                duplicate_batches: 5,
+            },
         };
         view.event(2, "algo-1", &summary.line());
         // algo-1 never named its group: its lines were held until the end.

@@ -542,7 +542,7 @@ fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
         served > served_before_resume,
         "algo-2 served nothing after it resumed ({served} batches in all)"
     );
-    assert!(client.backup_shards() > 0);
+    assert!(client.report().backup_shards > 0);
     client.shutdown("done");
     for child in children.0.iter_mut() {
         let (status, stderr) =

@@ -932,7 +932,8 @@ fn with_a_straggler(delay: Duration, deterministic: bool, hybrid: bool) -> (Vec<
     }
     let mut stream = client.stream(input(&job, &client, 2, deterministic), None);
     let batches = drain(&mut stream);
-    (batches, client.backup_shards(), client.duplicate_batches())
+    let input = client.report();
+    (batches, input.backup_shards, input.duplicate_batches)
 }
 
 #[test]

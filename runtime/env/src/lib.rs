@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use error::EnvError;
 pub use hosts::HostsFile;
 pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};
-pub use summary::{SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};
+pub use summary::{InputReport, SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};
 pub use token::job_token;
 
 /// Environment variable naming the root that stands for `/opt/ml`.

@@ -43,21 +43,28 @@ pub struct Summary {
     pub replicas: usize,
     /// The step of the checkpoint this process resumed from, if any.
     pub resumed_from_step: Option<u64>,
+    /// Where the batches came from: the launcher fills it in from the input it built (empty
+    /// from the trainer alone). Flattened: its keys stand beside the others in the JSON.
+    #[serde(flatten)]
+    pub input: InputReport,
+}
+
+/// What a run's input did, as only the input knows it: the data client (remote or hybrid) or
+/// this host's own pipeline (local). Every key defaults, so older summaries still read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InputReport {
     /// Batches this process trained on per source, when its input was the data service: each
     /// data host by name and `local` for this host's own pipeline (hybrid input).
-    #[serde(default)]
     pub batches_by_source: BTreeMap<String, u64>,
     /// Threads of this host's own pipeline: the whole input without data hosts, the hybrid
     /// share beside them (0: none).
-    #[serde(default)]
     pub local_threads: u32,
     /// Backup copies of shards a source fell behind on, streamed from another source too
     /// (hedging; 0 without data hosts).
-    #[serde(default)]
     pub backup_shards: u64,
     /// Batches dropped because another copy had delivered them (a hedged shard, or a server
     /// given up on that still sent).
-    #[serde(default)]
     pub duplicate_batches: u64,
 }
 

@@ -150,10 +150,12 @@ fn a_summary_reads_back_exactly() {
         model: "none (input only)".to_owned(),
         replicas: 0,
         resumed_from_step: None,
-        batches_by_source: Default::default(),
-        local_threads: 0,
-        backup_shards: 0,
-        duplicate_batches: 0,
+        input: InputReport {
+            batches_by_source: [("algo-2".to_owned(), 30), ("local".to_owned(), 2)].into(),
+            local_threads: 3,
+            backup_shards: 1,
+            duplicate_batches: 4,
+        },
     };
     let dir = tempfile::tempdir().unwrap();
     summary.write(dir.path()).unwrap();
@@ -163,4 +165,19 @@ fn a_summary_reads_back_exactly() {
         summary.samples_per_s.to_bits()
     );
     assert_eq!(back, summary);
+    // The input's keys stand beside the others, where readers of older summaries find them.
+    let json: serde_json::Value =
+        serde_json::from_str(&summary.line()[SUMMARY_LINE_PREFIX.len()..]).unwrap();
+    assert_eq!(json["batches_by_source"]["algo-2"], 30);
+    assert_eq!(json["duplicate_batches"], 4);
+    assert!(json.get("input").is_none());
+}
+
+#[test]
+fn a_summary_without_input_keys_reads_with_an_empty_report() {
+    let line = r#"{"steps":1,"epochs_started":1,"samples":8,"mean_step_ms":1.0,"mean_wait_ms":0.5,
+        "stall_fraction":0.5,"samples_per_s":8.0,"final_loss":0.1,"device":"cpu","model":"mlp",
+        "replicas":1,"resumed_from_step":null}"#;
+    let summary: Summary = serde_json::from_str(line).unwrap();
+    assert_eq!(summary.input, InputReport::default());
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hetgen_data::client::{Client, connect_to_job, data_hosts, trainer_id};
 use hetgen_data::input::{Asked, Mode};
-use hetgen_env::Env;
+use hetgen_env::{Env, InputReport};
 use hetgen_pipeline::{
     BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,
 };
@@ -97,7 +97,10 @@ impl<'a> Training<'a> {
         let result = self.train_on(
             engine.samples_per_epoch(),
             |config, start| LocalInput::new(engine.clone(), config, start),
-            |s| s.local_threads = engine.threads() as u32,
+            || InputReport {
+                local_threads: engine.threads() as u32,
+                ..Default::default()
+            },
         );
         if !data_hosts(job, env).is_empty() {
             // `--input local` on a heterogeneous job: its data hosts served nothing, but they
@@ -129,25 +132,20 @@ impl<'a> Training<'a> {
         let result = self.train_on(
             client.samples_per_epoch(),
             |config, start| client.stream(config, start),
-            |s| {
-                s.batches_by_source = client.batches_by_source();
-                s.local_threads = client.local_threads() as u32;
-                s.backup_shards = client.backup_shards();
-                s.duplicate_batches = client.duplicate_batches();
-            },
+            || client.report(),
         );
         shutdown(&client, &result);
         Ok(result?)
     }
 
     /// Train on the streams `stream` opens for a source of `samples_per_epoch` (each audited
-    /// when the environment asks, `hetgen_data::audit`), let `input` add to the summary what
-    /// only the input knows, and record the run.
+    /// when the environment asks, `hetgen_data::audit`), add to the summary what only the
+    /// input knows (`input`, asked once training ends), and record the run.
     fn train_on<S: BatchStream + 'static>(
         &self,
         samples_per_epoch: u64,
         stream: impl Fn(InputConfig, Option<Position>) -> S,
-        input: impl FnOnce(&mut Summary),
+        input: impl FnOnce() -> InputReport,
     ) -> Result<Summary, hetgen_trainer::TrainError> {
         let config = self.config(samples_per_epoch);
         let mut open = |start: Option<Position>| -> Result<Box<dyn BatchStream>, BoxError> {
@@ -155,7 +153,7 @@ impl<'a> Training<'a> {
             Ok(hetgen_data::audit::audit_from_env(Box::new(stream))?)
         };
         let mut summary = self.run(&mut open)?;
-        input(&mut summary);
+        summary.input = input();
         record(summary, &self.paths)
     }
 
@@ -186,8 +184,9 @@ impl<'a> Training<'a> {
 
 /// Reports the run, with where its batches came from: the one summary file and log line.
 fn record(summary: Summary, paths: &Paths) -> Result<Summary, hetgen_trainer::TrainError> {
-    if !summary.batches_by_source.is_empty() {
+    if !summary.input.batches_by_source.is_empty() {
         let sources: Vec<String> = summary
+            .input
             .batches_by_source
             .iter()
             .map(|(source, n)| format!("{n} from {source}"))

@@ -117,7 +117,7 @@ fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
     // The summary says who made what: this host and the data hosts, 60 batches in all, and
     // the local pipeline got what `plan` counts for the same spec on these cores.
     let summary = hybrid.summary.clone().unwrap();
-    let sources = &summary.batches_by_source;
+    let sources = &summary.input.batches_by_source;
     let local = sources.get(hetgen_data::client::LOCAL_SOURCE).copied();
     assert!(local.is_some_and(|n| n > 0), "{sources:?}");
     assert!(
@@ -126,17 +126,18 @@ fn hybrid_input_mixes_both_sides_once_per_epoch_with_the_remote_only_losses() {
     );
     assert!(sources.values().sum::<u64>() >= 60, "{sources:?}");
     let cores = hetgen_pipeline::available_cores() as u32;
-    assert_eq!(summary.local_threads, job.trainer_threads(cores));
-    assert_eq!(summary.local_threads, cores);
+    assert_eq!(summary.input.local_threads, job.trainer_threads(cores));
+    assert_eq!(summary.input.local_threads, cores);
 
     // Deterministic mode: the same batches in the same order as the data hosts alone.
     let remote_dir = tempfile::tempdir().unwrap();
     let remote_job = spec("ab").set("pipeline.trainer_threads", 0).job();
     let remote = run_completed(&prepare(&remote_job, remote_dir.path(), 2));
     let remote_summary = remote.summary.clone().unwrap();
-    assert_eq!(remote_summary.local_threads, 0);
+    assert_eq!(remote_summary.input.local_threads, 0);
     assert!(
         !remote_summary
+            .input
             .batches_by_source
             .contains_key(hetgen_data::client::LOCAL_SOURCE)
     );

@@ -76,10 +76,7 @@ pub fn drain(
         model: INPUT_ONLY.to_owned(),
         replicas: 0,
         resumed_from_step: None,
-        batches_by_source: Default::default(),
-        local_threads: 0,
-        backup_shards: 0,
-        duplicate_batches: 0,
+        input: Default::default(),
     };
     Ok(summary)
 }

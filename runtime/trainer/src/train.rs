@@ -298,10 +298,7 @@ impl<'a> Run<'a> {
             replicas: self.replicas.len(),
             resumed_from_step: resumed,
             // The launcher knows where the input came from and adds it before it reports.
-            batches_by_source: Default::default(),
-            local_threads: 0,
-            backup_shards: 0,
-            duplicate_batches: 0,
+            input: Default::default(),
         }
     }
 }

@@ -142,11 +142,12 @@ fn trainer(args: &[String]) -> ExitCode {
         }
     }
     drop(file);
+    let input = client.report();
     println!(
         "peak_rss_kib {} backup_shards {} duplicate_batches {}",
         peak_rss_kib(std::process::id()).unwrap_or(0),
-        client.backup_shards(),
-        client.duplicate_batches()
+        input.backup_shards,
+        input.duplicate_batches
     );
     ExitCode::SUCCESS
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use hetgen_env::InputReport;
 use hetgen_pipeline::{Batch, BatchStream, BoxError, Engine, InputConfig, Position};
 use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
@@ -244,15 +245,17 @@ impl Client {
         self.counts.snapshot()
     }
 
-    /// Backup copies of overdue shards started so far ([`hedge`]).
-    pub fn backup_shards(&self) -> u64 {
-        self.counts.backups.load(Ordering::Relaxed)
-    }
-
-    /// Batches dropped so far because another copy had delivered them (a hedged shard, or a
-    /// server given up on that still sent).
-    pub fn duplicate_batches(&self) -> u64 {
-        self.counts.duplicates.load(Ordering::Relaxed)
+    /// What the input did so far, for the run's summary: batches per source, the local
+    /// pipeline's threads, backup copies of overdue shards started ([`hedge`]) and batches
+    /// dropped because another copy had delivered them (a hedged shard, or a server given up
+    /// on that still sent).
+    pub fn report(&self) -> InputReport {
+        InputReport {
+            batches_by_source: self.batches_by_source(),
+            local_threads: self.local_threads() as u32,
+            backup_shards: self.counts.backups.load(Ordering::Relaxed),
+            duplicate_batches: self.counts.duplicates.load(Ordering::Relaxed),
+        }
     }
 
     /// The connected servers.
