@@ -8,6 +8,8 @@
 use hetgen_spec::model::{Optimizer as OptimizerSpec, OptimizerName};
 use tch::{Kind, TchError, Tensor};
 
+use crate::checkpoint::Saved;
+
 /// Adam's first-moment decay.
 pub const ADAM_BETA1: f64 = 0.9;
 /// Adam's second-moment decay.
@@ -185,11 +187,9 @@ impl Optimizer {
     ///
     /// Fails with a description when a tensor is missing or has another shape.
     pub fn load_state(&mut self, tensors: Vec<(String, Tensor)>) -> Result<(), String> {
-        let mut by_name: std::collections::HashMap<String, Tensor> = tensors.into_iter().collect();
-        let step = by_name
-            .remove(STEP_TENSOR)
-            .ok_or_else(|| format!("no `{STEP_TENSOR}` tensor"))?;
-        let steps = step
+        let mut saved = Saved::new(tensors);
+        let steps = saved
+            .take(STEP_TENSOR)?
             .f_to_kind(Kind::Int64)
             .and_then(|s| s.f_int64_value(&[0]))
             .map_err(|e| format!("`{STEP_TENSOR}`: {e}"))?;
@@ -197,23 +197,10 @@ impl Optimizer {
         let _guard = tch::no_grad_guard();
         for (name, slots) in self.names.iter().zip(&mut self.slots) {
             for (slot, tensor) in slot_names.iter().zip(slots) {
-                let key = format!("{slot}/{name}");
-                let saved = by_name
-                    .remove(&key)
-                    .ok_or_else(|| format!("no `{key}` tensor"))?;
-                if saved.size() != tensor.size() {
-                    return Err(format!(
-                        "`{key}` has shape {:?}, the parameter {:?}",
-                        saved.size(),
-                        tensor.size()
-                    ));
-                }
-                tensor
-                    .f_copy_(&saved)
-                    .map_err(|e| format!("`{key}`: {e}"))?;
+                saved.restore(&format!("{slot}/{name}"), tensor, "the parameter")?;
             }
         }
-        if let Some(extra) = by_name.keys().next() {
+        if let Some(extra) = saved.leftover() {
             return Err(format!("unexpected tensor `{extra}`"));
         }
         self.steps = u64::try_from(steps).map_err(|_| format!("negative step count {steps}"))?;

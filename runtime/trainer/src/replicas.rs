@@ -6,13 +6,13 @@
 //! exactly equivalent to training on the whole batch on one device (up to float summation
 //! order), which NCCL all-reduce would only make faster.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use tch::nn::VarStore;
 use tch::{Device, Kind, Reduction, TchError, Tensor};
 
 use crate::TrainError;
+use crate::checkpoint::Saved;
 use crate::device::Placement;
 use crate::input::{HostBatch, Preprocess};
 use crate::models::{self, ModelInfo, Net};
@@ -115,20 +115,10 @@ impl Replica {
             Tensor::load_multi_with_device(path, self.device)
         }
         .map_err(|e| e.to_string())?;
-        let mut by_name: HashMap<String, Tensor> = tensors.into_iter().collect();
+        let mut saved = Saved::new(tensors);
         let _guard = tch::no_grad_guard();
         for (name, var) in &mut self.vars {
-            let saved = by_name
-                .remove(name.as_str())
-                .ok_or_else(|| format!("no tensor `{name}`"))?;
-            if saved.size() != var.size() {
-                return Err(format!(
-                    "`{name}` has shape {:?}, the model {:?}",
-                    saved.size(),
-                    var.size()
-                ));
-            }
-            var.f_copy_(&saved).map_err(|e| format!("`{name}`: {e}"))?;
+            saved.restore(name, var, "the model")?;
         }
         Ok(())
     }
