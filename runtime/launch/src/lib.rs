@@ -122,7 +122,7 @@ fn refuse_builtin_trainer_flags(args: &Args, script: &str) -> Result<(), String>
     ))
 }
 
-#[cfg(feature = "builtin-trainer")]
+/// Trains with the built-in trainer, when this launcher has it (a script-mode image's does not).
 fn builtin(
     job: &Job,
     trainer: &BuiltinTrainer,
@@ -130,28 +130,25 @@ fn builtin(
     stages: &StageRegistry,
     args: &Args,
 ) -> Result<String, BoxError> {
-    let summary = trainer::run(job, trainer, env, stages, args)?;
-    Ok(format!(
-        "training finished: {} steps, {:.1} samples/s, stall {:.1} %",
-        summary.steps,
-        summary.samples_per_s,
-        summary.stall_fraction * 100.0
-    ))
-}
-
-#[cfg(not(feature = "builtin-trainer"))]
-fn builtin(
-    _: &Job,
-    _: &BuiltinTrainer,
-    _: &hetgen_env::Env,
-    _: &StageRegistry,
-    _: &Args,
-) -> Result<String, BoxError> {
-    Err(
-        "this launcher was built without the built-in trainer (a script-mode image), but the \
-         job trains a built-in `model`: render and build the image again"
-            .into(),
-    )
+    #[cfg(feature = "builtin-trainer")]
+    {
+        let summary = trainer::run(job, trainer, env, stages, args)?;
+        Ok(format!(
+            "training finished: {} steps, {:.1} samples/s, stall {:.1} %",
+            summary.steps,
+            summary.samples_per_s,
+            summary.stall_fraction * 100.0
+        ))
+    }
+    #[cfg(not(feature = "builtin-trainer"))]
+    {
+        let _ = (job, trainer, env, stages, args);
+        Err(
+            "this launcher was built without the built-in trainer (a script-mode image), but \
+             the job trains a built-in `model`: render and build the image again"
+                .into(),
+        )
+    }
 }
 
 /// The role of group `group`. A one-group job runs on SageMaker as `homogeneousCluster`
