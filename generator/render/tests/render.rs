@@ -5,11 +5,7 @@ use std::path::{Path, PathBuf};
 
 use hetgen_render::{Ownership, Rendered, SpecOrigin, render};
 
-/// At run time, not compile time: a test binary reused by another checkout must read that one.
-fn repo() -> PathBuf {
-    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
-        .join("../..")
-}
+use hetgen_fixtures::repo;
 
 fn render_example(path: &Path) -> Rendered {
     let text = std::fs::read_to_string(path).unwrap();
@@ -63,10 +59,7 @@ fn combined(rendered: &Rendered) -> String {
 
 #[test]
 fn examples_render_as_snapshotted() {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path(repo().join("snapshots/render"));
-    settings.set_prepend_module_to_snapshot(false);
-    settings.bind(|| {
+    hetgen_fixtures::snapshots("render").bind(|| {
         // A project folder's spec too: `examples/pytorch/hetgen.toml`.
         insta::glob!("../../../examples", "{*.toml,*/hetgen.toml}", |path| {
             insta::assert_snapshot!(combined(&render_example(path)));

@@ -12,13 +12,7 @@ mod local;
 mod logs;
 mod prices;
 
-/// At run time, not compile time: a test binary reused by another checkout must read that one.
-pub fn repo() -> PathBuf {
-    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+pub use hetgen_fixtures::repo;
 
 /// `hetgen args` in `cwd`, uncoloured, for a test to add to and run.
 pub fn hetgen_command(args: &[&str], cwd: &Path) -> Command {
@@ -83,10 +77,7 @@ pub fn new_project(root: &Path, name: &str, example: &str) -> PathBuf {
 /// Every invalid spec, as the terminal shows it: exit code and diagnostics.
 #[test]
 fn invalid_specs_print_their_diagnostics() {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path(repo().join("snapshots/validate"));
-    settings.set_prepend_module_to_snapshot(false);
-    settings.bind(|| {
+    hetgen_fixtures::snapshots("validate").bind(|| {
         insta::glob!("../../../../examples/invalid", "*.toml", |path| {
             let rel = format!(
                 "examples/invalid/{}",
