@@ -419,16 +419,24 @@ fn long_shard(trainer: &str, shard: u32) -> ShardRequest {
     }
 }
 
+/// Opens `trainer`'s [`long_shard`] `shard`: the stream once the server grants it, or why not.
+fn open_long(
+    rt: &tokio::runtime::Runtime,
+    client: &mut RawClient,
+    trainer: &str,
+    shard: u32,
+) -> Result<tonic::Streaming<hetgen_data::proto::Batch>, tonic::Status> {
+    rt.block_on(client.stream_shard(long_shard(trainer, shard)))
+        .map(tonic::Response::into_inner)
+}
+
 #[test]
 fn a_shard_cut_short_by_a_stop_ends_unavailable_never_ok() {
     let job = job();
     for by_signal in [false, true] {
         let mut server = TestServer::start(&job, "algo-1", |_| {});
         let (rt, mut client) = raw_client(&server, TOKEN);
-        let mut stream = rt
-            .block_on(client.stream_shard(long_shard("t", 0)))
-            .unwrap()
-            .into_inner();
+        let mut stream = open_long(&rt, &mut client, "t", 0).unwrap();
         let first = rt.block_on(stream.message()).unwrap().unwrap();
         assert!(!first.last);
         if by_signal {
@@ -579,22 +587,13 @@ fn one_trainer_cannot_open_streams_without_bound() {
     let (rt, mut client) = raw_client(&server, TOKEN);
     // Three stalled streams (opened, never read) are allowed; a fourth is not.
     let stalled: Vec<_> = (0..3)
-        .map(|shard| {
-            rt.block_on(client.stream_shard(long_shard("t", shard)))
-                .unwrap()
-                .into_inner()
-        })
+        .map(|shard| open_long(&rt, &mut client, "t", shard).unwrap())
         .collect();
-    let refused = rt
-        .block_on(client.stream_shard(long_shard("t", 3)))
-        .unwrap_err();
+    let refused = open_long(&rt, &mut client, "t", 3).unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert!(refused.message().contains("at most 3"), "{refused:?}");
     // Another trainer is not held back by this one.
-    let mut other = rt
-        .block_on(client.stream_shard(long_shard("u", 0)))
-        .unwrap()
-        .into_inner();
+    let mut other = open_long(&rt, &mut client, "u", 0).unwrap();
     assert!(rt.block_on(other.message()).unwrap().is_some());
     drop(stalled);
 }
@@ -967,17 +966,14 @@ fn a_stream_the_client_drops_stops_its_work_on_the_server() {
     // One stream per trainer: the second can open only once the first's work has ended.
     let server = TestServer::start(&job, "algo-1", |c| c.max_streams_per_trainer = 1);
     let (rt, mut client) = stalling_client(&server);
-    let mut first = rt
-        .block_on(client.stream_shard(long_shard("t", 0)))
-        .unwrap()
-        .into_inner();
+    let mut first = open_long(&rt, &mut client, "t", 0).unwrap();
     assert!(rt.block_on(first.message()).unwrap().is_some());
     // A hedged shard's losing copy is dropped like this, mid-shard.
     drop(first);
     let started = Instant::now();
     let second = loop {
-        match rt.block_on(client.stream_shard(long_shard("t", 1))) {
-            Ok(stream) => break stream.into_inner(),
+        match open_long(&rt, &mut client, "t", 1) {
+            Ok(stream) => break stream,
             Err(status) if status.code() == Code::ResourceExhausted => {
                 assert!(
                     started.elapsed() < Duration::from_secs(5),
