@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use hetgen_data::client::{Client, RemoteStream};
 use hetgen_fixtures::InstanceTrees;
-use hetgen_pipeline::BatchStream;
+use hetgen_pipeline::{Batch, BatchStream};
 use hetgen_spec::model::Job;
 
 struct Cluster {
@@ -144,32 +144,38 @@ impl Drop for Reaper {
     }
 }
 
-/// A cluster of three data servers, started.
-fn three_servers() -> (Cluster, Reaper) {
+/// A cluster of three data servers, started, and a client of `job` connected to all three.
+fn three_servers(job: &Job) -> (Cluster, Reaper, Client) {
+    let hosts = ["algo-1", "algo-2", "algo-3"];
     let cluster = Cluster::new(3);
-    let children = ["algo-1", "algo-2", "algo-3"]
-        .iter()
-        .map(|h| cluster.start(h, &[]))
-        .collect();
-    (cluster, Reaper(children))
+    let children = hosts.iter().map(|h| cluster.start(h, &[])).collect();
+    let client = cluster.connect(job, &hosts);
+    (cluster, Reaper(children), client)
+}
+
+/// Every batch of `stream`, taken as a trainer takes them, slower than the servers make them
+/// (so every server's credits stay in use), with `each` told how many have come after each one.
+fn consume_slowly(stream: &mut impl BatchStream, mut each: impl FnMut(usize)) -> Vec<Batch> {
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next_batch() {
+        batches.push(batch.unwrap());
+        each(batches.len());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    batches
 }
 
 #[test]
 fn one_of_three_servers_killed_mid_epoch_loses_and_repeats_nothing() {
-    let (cluster, mut children) = three_servers();
     let job = job();
-    let client = cluster.connect(&job, &["algo-1", "algo-2", "algo-3"]);
+    let (_cluster, mut children, client) = three_servers(&job);
     let mut stream = client.stream(input(&job, &client, 2, false), None);
-    let mut batches = Vec::new();
-    while let Some(batch) = stream.next_batch() {
-        batches.push(batch.unwrap());
-        if batches.len() == 12 {
+    let batches = consume_slowly(&mut stream, |n| {
+        if n == 12 {
             children.0[1].kill().unwrap(); // SIGKILL, mid-epoch 0
             children.0[1].wait().unwrap();
         }
-        // A consumer slower than the servers keeps every server's credits in use.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    });
     assert_exactly_once(&batches, 2, 600);
     assert!(
         client
@@ -497,19 +503,16 @@ fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
 
 #[test]
 fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
-    let (cluster, mut children) = three_servers();
     let job = job();
     // A stall timeout far beyond the freeze: the frozen server must not count as lost.
-    let client = cluster.connect(&job, &["algo-1", "algo-2", "algo-3"]);
+    let (_cluster, mut children, client) = three_servers(&job);
     let mut stream = client.stream(input(&job, &client, 30, false), None);
-    let mut batches = Vec::new();
     let mut frozen_at = None;
     let mut resumed_at = None;
     let mut during_freeze = 0;
     let mut served_before_resume = 0;
-    while let Some(batch) = stream.next_batch() {
-        batches.push(batch.unwrap());
-        if batches.len() == 100 {
+    let batches = consume_slowly(&mut stream, |n| {
+        if n == 100 {
             signal(&children.0[1], "STOP"); // algo-2, mid-epoch
             frozen_at = Some(Instant::now());
         }
@@ -527,9 +530,7 @@ fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
                 served_before_resume = client.batches_by_source()["algo-2"];
             }
         }
-        // A consumer slower than the servers, as a trainer is.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    });
     assert!(resumed_at.is_some(), "the job ended before the freeze did");
     assert_exactly_once(&batches, 30, 600);
     // About 300 batches fit in those 3 s; an epoch barrier on the frozen server passes none.
