@@ -126,51 +126,44 @@ mod tests {
         }
     }
 
-    fn close(a: f64, b: f64) {
-        assert!((a - b).abs() < 1e-12, "{a} != {b}");
+    /// Asserts the rate at each `(step, lr)`, naming the step whose rate differs.
+    fn expect(s: &LrSchedule, want: &[(u64, f64)]) {
+        for &(step, lr) in want {
+            let got = s.lr(step);
+            assert!(
+                (got - lr).abs() < 1e-12,
+                "step {step}: lr {got}, expected {lr}"
+            );
+        }
     }
 
     #[test]
     fn warmup_ramps_to_lr() {
         let s = LrSchedule::new(1.0, schedule(ScheduleName::Constant, 4), Some(100));
-        close(s.lr(0), 0.25);
-        close(s.lr(1), 0.5);
-        close(s.lr(3), 1.0);
-        close(s.lr(4), 1.0);
-        close(s.lr(99), 1.0);
+        expect(&s, &[(0, 0.25), (1, 0.5), (3, 1.0), (4, 1.0), (99, 1.0)]);
     }
 
     #[test]
     fn step_decays_every_step_size_after_warmup() {
         let s = LrSchedule::new(0.8, schedule(ScheduleName::Step, 2), Some(100));
-        close(s.lr(0), 0.4);
-        close(s.lr(2), 0.8);
-        close(s.lr(11), 0.8);
-        close(s.lr(12), 0.4);
-        close(s.lr(22), 0.2);
+        expect(&s, &[(0, 0.4), (2, 0.8), (11, 0.8), (12, 0.4), (22, 0.2)]);
     }
 
     #[test]
     fn cosine_goes_from_lr_to_min_lr() {
         let s = LrSchedule::new(1.0, schedule(ScheduleName::Cosine, 0), Some(100));
-        close(s.lr(0), 1.0);
-        close(s.lr(50), 0.01 + 0.99 * 0.5);
-        close(s.lr(100), 0.01);
+        expect(&s, &[(0, 1.0), (50, 0.01 + 0.99 * 0.5), (100, 0.01)]);
         assert!(s.lr(25) > s.lr(75));
         let warm = LrSchedule::new(1.0, schedule(ScheduleName::Cosine, 10), Some(110));
-        close(warm.lr(10), 1.0);
-        close(warm.lr(60), 0.505);
+        expect(&warm, &[(10, 1.0), (60, 0.505)]);
     }
 
     #[test]
     fn cosine_without_a_length_holds_until_learnt() {
         let mut s = LrSchedule::new(1.0, schedule(ScheduleName::Cosine, 0), None);
-        close(s.lr(7), 1.0);
+        expect(&s, &[(7, 1.0)]);
         s.learn_epoch_length(10, 3);
         assert!(s.knows_total());
-        close(s.lr(9), 1.0);
-        close(s.lr(10), 1.0);
-        close(s.lr(20), 0.505);
-        close(s.lr(30), 0.01);
+        expect(&s, &[(9, 1.0), (10, 1.0), (20, 0.505), (30, 0.01)]);
     }
 }
