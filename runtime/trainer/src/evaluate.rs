@@ -81,13 +81,8 @@ pub fn evaluate(
         samples += batch.len as u64;
         batches += 1;
     }
-    let per_sample = |x: f64| {
-        if samples == 0 {
-            0.0
-        } else {
-            x / samples as f64
-        }
-    };
+    // Without samples both sums are 0, and so are their means.
+    let per_sample = |x: f64| x / samples.max(1) as f64;
     Ok(Evaluation {
         samples,
         correct,
