@@ -7,6 +7,14 @@ cd "$repo"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
 scripts/system-deps.sh
 
+# Prints the Python environment that `$1` (one of scripts/*-env.sh) makes, once hetgen's release
+# wheel is installed in it.
+# (Chained: errexit does not hold inside the command substitution callers run it in.)
+with_wheel() {
+  local venv
+  venv="$("$1")" && scripts/wheel.sh --release "$venv" >&2 && echo "$venv"
+}
+
 # The median of the numbers given: the figure to quote from rounds on a machine whose speed drifts.
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

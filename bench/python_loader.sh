@@ -7,8 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-5}"
 rounds="${2:-5}"
 # torchvision from requirements/bench.txt: the bench venv, on top of the torch venv.
-venv="$(scripts/bench-env.sh)"
-scripts/wheel.sh --release "$venv"
+venv="$(with_wheel scripts/bench-env.sh)"
 # The pipeline bench's 64 JPEGs (500×375, q90), ten times over as a ten-class image folder.
 fixtures="$CARGO_TARGET_DIR/bench-fixtures"
 cargo build -q --release -p hetgen-pipeline --example pipeline_bench

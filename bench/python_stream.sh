@@ -10,8 +10,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-3}"
 rounds="${2:-5}"
-venv="$(scripts/torch-env.sh)"
-scripts/wheel.sh --release "$venv"
+venv="$(with_wheel scripts/torch-env.sh)"
 cargo build -q --release -p hetgen-data --example stream_bench
 bench="$CARGO_TARGET_DIR/release/examples/stream_bench"
 cores="$(nproc)"
