@@ -459,12 +459,7 @@ impl LocalJob {
             .iter()
             .zip(&outcome.exits)
             .map(|(c, exit)| HostRecord {
-                name: c.host.name.clone(),
-                group: c.host.group.clone(),
-                instance_group: c.host.instance_group.clone(),
-                instance_type: c.host.instance_type.clone(),
-                role: c.host.role,
-                address: c.host.address.to_string(),
+                host: c.host.clone(),
                 pid: exit.pid,
                 cpus: c.cpus.clone(),
                 exit_code: exit.exit_code,

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use hetgen_spec::model::Role;
 use serde::Serialize;
 
 use crate::LocalError;
+use crate::layout::Host;
 
 /// The record's file in the job folder, written once the run has ended.
 pub const RECORD_FILE: &str = "job-record.json";
@@ -43,18 +43,10 @@ pub struct JobRecord {
 /// One host of the record.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HostRecord {
-    /// `algo-N`.
-    pub name: String,
-    /// The spec's group.
-    pub group: String,
-    /// The group's name as SageMaker reports it.
-    pub instance_group: String,
-    /// `ml.*` type it stands for.
-    pub instance_type: String,
-    /// `data` or `trainer`.
-    pub role: Role,
-    /// Its loopback address.
-    pub address: String,
+    /// The host as the run laid it out (name, group, type, role, address, vCPUs); flattened,
+    /// its keys stand beside the others.
+    #[serde(flatten)]
+    pub host: Host,
     /// Its process id.
     pub pid: u32,
     /// Cores it was pinned to; `None` when it could use all.

@@ -23,9 +23,9 @@ fn a_cnn_trained_through_two_data_servers_classifies_held_out_digits() {
     let trainer = record
         .hosts
         .iter()
-        .find(|h| h.role == Role::Trainer)
+        .find(|h| h.host.role == Role::Trainer)
         .unwrap();
-    for host in record.hosts.iter().filter(|h| h.role == Role::Data) {
+    for host in record.hosts.iter().filter(|h| h.host.role == Role::Data) {
         assert_eq!(host.exit_code, Some(0), "{host:?}");
         assert!(
             host.duration_s < trainer.duration_s + 10.0,

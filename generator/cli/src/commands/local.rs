@@ -203,7 +203,7 @@ fn print_record(record: &JobRecord) {
         let _ = writeln!(
             err,
             "  {:<8} {:<14} {:>8.1} s  {exit}",
-            host.name, host.group, host.duration_s
+            host.host.name, host.host.group, host.duration_s
         );
     }
     for line in record.summary.iter().flat_map(summary_lines) {

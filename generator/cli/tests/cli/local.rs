@@ -65,6 +65,9 @@ fn deploy_local_runs_the_tiny_example_to_completion() {
     let hosts = record["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), 3);
     assert!(hosts.iter().all(|h| h["exit_code"] == 0), "{record:#}");
+    // Each host's layout and its process stand side by side, not nested.
+    assert_eq!(hosts[0]["name"], "algo-1", "{record:#}");
+    assert!(hosts[0]["address"].as_str().unwrap().starts_with("127."));
     assert_eq!(record["summary"]["steps"], 60);
     assert!(job_dir.join("model").join("model.safetensors").is_file());
     assert!(processes_in(&job_dir).is_empty());

@@ -176,7 +176,7 @@ fn wait_for(path: &Path) {
 
 /// Checks that every data host was ended by SIGTERM.
 fn assert_data_hosts_got_sigterm(record: &JobRecord) {
-    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+    for h in record.hosts.iter().filter(|h| h.host.group == "data_group") {
         assert_eq!(h.signal, Some(libc::SIGTERM), "{h:?}");
     }
 }
@@ -209,21 +209,19 @@ printf 'no newline at the end'
     assert!(record.start.ends_with('Z') && record.end.ends_with('Z'));
     assert!(seen.stopping.is_empty(), "{:?}", seen.stopping);
 
-    let names: Vec<&str> = record.hosts.iter().map(|h| h.name.as_str()).collect();
+    let names: Vec<&str> = record.hosts.iter().map(|h| h.host.name.as_str()).collect();
     assert_eq!(names, ["algo-1", "algo-2", "algo-3"]);
     for (h, c) in record.hosts.iter().zip(&local.commands) {
-        assert_eq!(h.name, c.host.name);
-        assert_eq!(h.group, c.host.group);
-        assert_eq!(h.address, c.host.address.to_string());
+        assert_eq!(h.host, c.host);
         assert_eq!(h.base_dir, c.base_dir);
         assert_eq!(h.log, c.base_dir.join("output/log.txt"));
-        assert_eq!(h.exit_code, Some(0), "{}", h.name);
+        assert_eq!(h.exit_code, Some(0), "{}", h.host.name);
         assert_eq!(h.signal, None);
         assert!(h.pid > 0);
         assert!(
-            seen.started.contains(&(h.name.clone(), h.pid)),
+            seen.started.contains(&(h.host.name.clone(), h.pid)),
             "the observer saw {} start",
-            h.name
+            h.host.name
         );
         assert!(
             h.duration_s >= 0.0 && h.duration_s <= record.duration_s + 0.01,
@@ -232,32 +230,35 @@ printf 'no newline at the end'
 
         // The log keeps both streams, and the last line without its newline.
         let log = std::fs::read_to_string(&h.log).unwrap();
-        assert!(log.contains(&format!("hello from {}\n", h.name)), "{log}");
         assert!(
-            log.contains(&format!("to stderr from {}\n", h.name)),
+            log.contains(&format!("hello from {}\n", h.host.name)),
+            "{log}"
+        );
+        assert!(
+            log.contains(&format!("to stderr from {}\n", h.host.name)),
             "{log}"
         );
         assert!(log.contains("no newline at the end\n"), "{log}");
 
         // The observer got each line with its host and stream.
         assert!(seen.output.contains(&(
-            h.name.clone(),
+            h.host.name.clone(),
             Stream::Stdout,
-            format!("hello from {}", h.name)
+            format!("hello from {}", h.host.name)
         )));
         assert!(seen.output.contains(&(
-            h.name.clone(),
+            h.host.name.clone(),
             Stream::Stderr,
-            format!("to stderr from {}", h.name)
+            format!("to stderr from {}", h.host.name)
         )));
         assert!(
             seen.lines
-                .contains(&format!("[{}] hello from {}", h.name, h.name))
+                .contains(&format!("[{}] hello from {}", h.host.name, h.host.name))
         );
         let exits: Vec<_> = seen
             .exited
             .iter()
-            .filter(|(n, _, _)| *n == h.name)
+            .filter(|(n, _, _)| *n == h.host.name)
             .collect();
         assert_eq!(exits.len(), 1, "one exit per host");
         assert!(exits[0].1.success());
@@ -341,23 +342,23 @@ exit 3
     );
     assert_eq!(seen.stopping, [record.failure_reason.clone().unwrap()]);
     for h in &record.hosts {
-        if h.group == "dnn_group" {
+        if h.host.group == "dnn_group" {
             assert_eq!((h.exit_code, h.signal), (Some(3), None));
         } else {
             assert_eq!(
                 (h.exit_code, h.signal),
                 (None, Some(libc::SIGKILL)),
                 "{} needed SIGKILL",
-                h.name
+                h.host.name
             );
             let log = std::fs::read_to_string(&h.log).unwrap();
             assert!(
                 log.contains("got SIGTERM, carrying on"),
                 "{} was sent SIGTERM first: {log}",
-                h.name
+                h.host.name
             );
             // SIGKILL came after the grace period, not at once.
-            let after = seen.exited_at(&h.name) - seen.exited_at(&trainer.host.name);
+            let after = seen.exited_at(&h.host.name) - seen.exited_at(&trainer.host.name);
             assert!(
                 after.as_secs_f64() >= grace * 0.95,
                 "{h:?} ended {after:?} after the trainer"
@@ -443,7 +444,7 @@ wait
     let host = record
         .hosts
         .iter()
-        .find(|h| h.name == trainer.host.name)
+        .find(|h| h.host.name == trainer.host.name)
         .unwrap();
     assert_eq!(host.pid, killed);
     assert_eq!((host.exit_code, host.signal), (None, Some(libc::SIGKILL)));
@@ -477,7 +478,7 @@ while :; do sleep 0.1; done
     );
     assert!(took < Duration::from_secs(10), "stopped within {took:?}");
     for h in &record.hosts {
-        let expected = if h.group == "dnn_group" {
+        let expected = if h.host.group == "dnn_group" {
             libc::SIGKILL
         } else {
             libc::SIGTERM
@@ -600,7 +601,7 @@ echo "shut down"
 "#;
     let (_dir, _, seen, record, _) = run_tiny(body, limits(20.0, 1.0));
     assert_status(&record, Status::Completed, &seen);
-    for h in record.hosts.iter().filter(|h| h.group == "data_group") {
+    for h in record.hosts.iter().filter(|h| h.host.group == "data_group") {
         // Not signalled (a TERM would end `sleep` and the shell with signal 15): it exited itself.
         assert_eq!((h.exit_code, h.signal), (Some(0), None), "{h:?}");
         assert!(record.duration_s >= h.duration_s);
@@ -625,7 +626,7 @@ exec sleep 30
     let trainer = record
         .hosts
         .iter()
-        .find(|h| h.group == "dnn_group")
+        .find(|h| h.host.group == "dnn_group")
         .unwrap();
     assert_eq!(trainer.exit_code, Some(0));
     assert_data_hosts_got_sigterm(&record);

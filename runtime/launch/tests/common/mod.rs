@@ -121,7 +121,7 @@ pub fn losses(record: &JobRecord) -> Vec<(u64, f64)> {
     let trainer = record
         .hosts
         .iter()
-        .find(|h| h.role == hetgen_spec::model::Role::Trainer)
+        .find(|h| h.host.role == hetgen_spec::model::Role::Trainer)
         .unwrap();
     let log = std::fs::read_to_string(&trainer.log).unwrap();
     log.lines()
