@@ -249,6 +249,7 @@ pub(crate) fn state(identity: &Identity, progress: &Progress, position: &Positio
         position: position.clone(),
     }
 }
+
 /// Tensors read back from a file, by name, to restore into live ones of the same names.
 pub(crate) struct Saved(HashMap<String, Tensor>);
 
