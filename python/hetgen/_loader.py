@@ -51,6 +51,48 @@ class Batch(tuple):
         )
 
 
+#: numpy has no bfloat16: such tensors arrive as arrays of this one-field structured dtype (the
+#: raw 16 bits), which :mod:`hetgen.torch` turns into ``torch.bfloat16`` tensors.
+BFLOAT16 = None
+
+
+def _bfloat16():
+    global BFLOAT16
+    if BFLOAT16 is None:
+        import numpy as np
+
+        BFLOAT16 = np.dtype([("bfloat16", "<i2")])
+    return BFLOAT16
+
+
+def _dataset_batch(described, structure: str):
+    """A Python dataset's batch in the structure its samples have: numpy views of the batch's
+    one buffer (no copy), nested in tuples, lists and dicts as the JSON ``structure`` says."""
+    import numpy as np
+
+    memory, tensors = described
+    arrays = []
+    for _name, dtype, shape, offset in tensors:
+        dt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+        count = 1
+        for d in shape:
+            count *= d
+        arrays.append(
+            memory[offset : offset + count * dt.itemsize].view(dt).reshape(shape)
+        )
+
+    def build(node):
+        if isinstance(node, int):
+            return arrays[node]
+        if "tuple" in node:
+            return tuple(build(n) for n in node["tuple"])
+        if "list" in node:
+            return [build(n) for n in node["list"]]
+        return {key: build(n) for key, n in node["dict"]}
+
+    return build(json.loads(structure))
+
+
 class _Progress:
     """``hetgen-step`` lines from the input's side of a user's training loop, for the progress
     line of ``hetgen deploy --local``/``--wait`` and ``hetgen logs``: the loader sees when each
@@ -220,6 +262,12 @@ class Loader:
         return self._native.batch_size
 
     @property
+    def samples_per_epoch(self) -> int:
+        """Samples of one epoch of the whole job (every rank's together): the source's, as the
+        data servers report it (a Python dataset's ``len()``)."""
+        return self._native.samples_per_epoch
+
+    @property
     def output_shape(self) -> tuple[int, int, int]:
         """``(height, width, channels)`` of every sample."""
         return tuple(self._native.output_shape)
@@ -258,7 +306,14 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         """The rest of the current epoch: all of it, unless a previous loop stopped early or
-        a state was loaded mid-epoch."""
+        a state was loaded mid-epoch.
+
+        With hetgen's built-in image pipeline each batch is a :class:`Batch` (``images,
+        labels``). With a Python dataset (``format = "python"``) it is what the dataset's
+        samples collate into, in their structure: the same tuple, list or dict nesting, each
+        field a numpy array with the samples first (a number per sample becomes an array of
+        them, as PyTorch's default collate does), viewing the received batch without a copy;
+        :func:`hetgen.torch.to_device` makes them torch tensors."""
         _, left = self._native.remaining_in_epoch()
         return self._batches(left)
 
@@ -269,7 +324,10 @@ class Loader:
             if item is None:
                 return
             self._progress.took(time.monotonic() - asked)
-            yield Batch(*item)
+            if isinstance(item[1], str):
+                yield _dataset_batch(item[0], item[1])
+            else:
+                yield Batch(*item)
 
     # -- resume ----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ SageMaker environment (``/opt/ml``, or ``SAGEMAKER_BASE_DIR``) and the job file
     hetgen-launcher train [--job FILE] [-- SCRIPT ARGS...]
 """
 
+import os
 import signal
 import sys
 from typing import Optional, Sequence
@@ -23,6 +24,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs this host's role with ``argv`` (default: the command line) and returns its exit
     status (``sys.exit(main())`` passes it on)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    # A Python dataset's workers run with this interpreter: the one that has hetgen (and, on
+    # AWS's image, torch) installed.
+    os.environ.setdefault("HETGEN_PYTHON", sys.executable)
     # The role handles SIGTERM and SIGINT itself (a data server stops cleanly, a trainer host
     # passes them to torchrun's process group); Python's handlers would only turn them into a
     # KeyboardInterrupt once the role has ended.

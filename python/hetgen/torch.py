@@ -1,6 +1,10 @@
 """torch glue for ``hetgen.Loader`` batches. Imports torch on first use, never at
 ``import hetgen``, and works with whatever torch the image has.
 
+A Python dataset's batch (``format = "python"``) is a structure of numpy arrays; :func:`tensors`
+and :func:`to_device` give the same structure of torch tensors (``torch.from_numpy``: no copy
+on the host).
+
 Batches travel as compact ``uint8`` NHWC; :func:`to_device` does what hetgen's own trainer does on
 its device: copy the ``uint8`` pixels (a quarter of the bytes of ``float32``), then convert to
 ``float32`` NCHW in ``[0, 1]`` and apply the spec's ``normalize`` stages there.
@@ -10,6 +14,8 @@ from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Sequence, Tuple
+
+from hetgen._loader import Batch
 
 if TYPE_CHECKING:
     import torch
@@ -21,6 +27,30 @@ def _torch():
     import torch
 
     return torch
+
+
+def tensors(batch, *, pin_memory: bool = False):
+    """A Python dataset's batch with every numpy array made a CPU tensor over the same memory
+    (``bfloat16`` fields become ``torch.bfloat16``), in the same tuple/list/dict structure."""
+    torch = _torch()
+    import numpy as np
+
+    def convert(node):
+        if isinstance(node, np.ndarray):
+            if node.dtype.names == ("bfloat16",):
+                tensor = torch.from_numpy(node.view(np.int16)).view(torch.bfloat16)
+            else:
+                tensor = torch.from_numpy(node)
+            return tensor.pin_memory() if pin_memory else tensor
+        if isinstance(node, tuple):
+            return tuple(convert(n) for n in node)
+        if isinstance(node, list):
+            return [convert(n) for n in node]
+        if isinstance(node, dict):
+            return {key: convert(n) for key, n in node.items()}
+        return node
+
+    return convert(batch)
 
 
 def to_tensors(batch, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,11 +85,18 @@ def to_device(
     conversion only changes the type.
 
     ``pin_memory`` defaults to whether ``device`` is a CUDA device: then the copy is
-    asynchronous (``non_blocking``) from page-locked memory."""
+    asynchronous (``non_blocking``) from page-locked memory.
+
+    A Python dataset's batch comes back in its own structure, every field a tensor on
+    ``device`` with the dtype and shape the dataset made (no scaling, no normalization: the
+    dataset did its own preprocessing)."""
     torch = _torch()
     device = torch.device(device)
     if pin_memory is None:
         pin_memory = device.type == "cuda"
+    if not isinstance(batch, Batch):
+        on_host = tensors(batch, pin_memory=pin_memory)
+        return _map(on_host, lambda t: t.to(device, non_blocking=pin_memory))
     if memory_format is None:
         memory_format = torch.contiguous_format
     images, labels = to_tensors(batch, pin_memory=pin_memory)
@@ -72,6 +109,16 @@ def to_device(
         x = x.sub_(_constant(tuple(mean), channels, x.dtype, x.device))
         x = x.div_(_constant(tuple(std), channels, x.dtype, x.device))
     return x, labels
+
+
+def _map(node, f):
+    if isinstance(node, tuple):
+        return tuple(_map(n, f) for n in node)
+    if isinstance(node, list):
+        return [_map(n, f) for n in node]
+    if isinstance(node, dict):
+        return {key: _map(n, f) for key, n in node.items()}
+    return f(node)
 
 
 @functools.lru_cache(maxsize=64)

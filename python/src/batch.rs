@@ -1,50 +1,110 @@
-//! A batch handed to Python without copying its pixels.
+//! A batch handed to Python without copying its bytes.
 //!
-//! A batch's images arrive as `bytes::Bytes`: a slice of the gRPC message the client received,
-//! or the buffer the engine wrote. The `Bytes` becomes a [`BatchMemory`] and the numpy array is
-//! a view of it with the `BatchMemory` as the array's base, so the memory lives exactly as long
-//! as the array and whatever views (e.g. `torch.from_numpy`) Python takes of it.
+//! A batch's bytes arrive as `bytes::Bytes`: a slice of the gRPC message the client received,
+//! the buffer the engine wrote, or the shared memory a Python dataset's worker wrote. The
+//! `Bytes` becomes a [`BatchMemory`] and the numpy arrays are views of it with the
+//! `BatchMemory` as their base, so the memory lives exactly as long as the arrays and whatever
+//! views (e.g. `torch.from_numpy`) Python takes of them.
 //!
 //! Labels and sample ids are `Vec`s, which numpy adopts as they are.
 
 use bytes::Bytes;
 use hetgen_pipeline::Batch;
-use numpy::ndarray::ArrayView4;
+use numpy::ndarray::{ArrayView1, ArrayView4};
 use numpy::{PyArray1, PyArray4};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
-/// The memory of one batch's images, kept alive by the numpy array that views it.
+/// The memory of one batch, kept alive by the numpy arrays that view it.
 #[pyclass(module = "hetgen._native", frozen)]
 pub struct BatchMemory {
-    images: Bytes,
+    data: Bytes,
 }
 
 #[pymethods]
 impl BatchMemory {
-    /// Bytes of pixel data.
+    /// Bytes of the batch.
     fn __len__(&self) -> usize {
-        self.images.len()
+        self.data.len()
     }
 }
 
-/// `(images, labels, sample_ids)`: `uint8` `[n, h, w, c]`, `int64` `[n]`, `uint64` `[n]`.
-pub type Arrays<'py> = (
-    Bound<'py, PyArray4<u8>>,
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<u64>>,
-);
+/// The first two items of a batch handed to Python: `(images, labels)`, `uint8` `[n, h, w, c]`
+/// and `int64` `[n]` for built-in images; `((memory, tensors), structure)` for a Python
+/// dataset's batch, where `memory` is a `uint8` array of the batch's bytes, `tensors` a list
+/// of `(name, dtype, shape, offset)` and `structure` the JSON of how they nest (the Python side
+/// views and nests them; see `hetgen/_loader.py`).
+pub fn to_python<'py>(py: Python<'py>, batch: Batch) -> PyResult<[Bound<'py, PyAny>; 2]> {
+    if batch.tensors.is_empty() {
+        let (images, labels) = images(py, batch)?;
+        return Ok([images.into_any(), labels.into_any()]);
+    }
+    // torch's kernels expect elements at addresses aligned to their size; numpy views do not
+    // care. A gRPC receive buffer puts the batch wherever the message happened to land, so a
+    // batch whose tensors would be misaligned is moved once to an aligned buffer.
+    let widest = batch
+        .tensors
+        .iter()
+        .map(|t| t.dtype.size())
+        .max()
+        .unwrap_or(1);
+    let misaligned = batch.tensors.iter().any(|t| {
+        !(batch.data.as_ptr() as usize + t.offset as usize).is_multiple_of(t.dtype.size())
+    });
+    let data = if misaligned {
+        aligned_copy(&batch.data, widest)
+    } else {
+        batch.data
+    };
+    let memory = Bound::new(py, BatchMemory { data })?;
+    let bytes = &memory.get().data;
+    let view = ArrayView1::from(&bytes[..]);
+    // SAFETY: as in `images` below: `memory` is the array's base and owns the range.
+    let array = unsafe { PyArray1::borrow_from_array(&view, memory.clone().into_any()) };
+    let tensors = batch
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype.name(), t.shape.clone(), t.offset).into_pyobject(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    let described = PyTuple::new(
+        py,
+        [array.into_any(), tensors.into_pyobject(py)?.into_any()],
+    )?;
+    Ok([
+        described.into_any(),
+        batch.structure.into_pyobject(py)?.into_any(),
+    ])
+}
 
-/// The batch as numpy arrays over its own memory.
-pub fn to_arrays<'py>(py: Python<'py>, batch: Batch) -> PyResult<Arrays<'py>> {
+/// A copy of `data` at an address that is a multiple of `align` (at most 8).
+fn aligned_copy(data: &[u8], align: usize) -> Bytes {
+    debug_assert!(align <= 8);
+    /// `len` bytes in a `u64` allocation, which is 8-byte aligned.
+    struct Aligned(Vec<u64>, usize);
+    impl AsRef<[u8]> for Aligned {
+        fn as_ref(&self) -> &[u8] {
+            // SAFETY: the vector holds at least `self.1` initialised bytes, and `u8` has no
+            // alignment or validity requirement.
+            unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.1) }
+        }
+    }
+    let mut words = vec![0u64; data.len().div_ceil(8)];
+    // SAFETY: the vector has room for `data.len()` bytes; the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), words.as_mut_ptr().cast::<u8>(), data.len())
+    };
+    Bytes::from_owner(Aligned(words, data.len()))
+}
+
+/// `(images, labels)`: `uint8` `[n, h, w, c]`, `int64` `[n]`.
+type Images<'py> = (Bound<'py, PyArray4<u8>>, Bound<'py, PyArray1<i64>>);
+
+/// A built-in image batch as numpy arrays over its own memory.
+fn images<'py>(py: Python<'py>, batch: Batch) -> PyResult<Images<'py>> {
     let [h, w, c] = batch.shape.map(|d| d as usize);
     let n = batch.sample_ids.len();
-    let memory = Bound::new(
-        py,
-        BatchMemory {
-            images: batch.images,
-        },
-    )?;
-    let images = &memory.get().images;
+    let memory = Bound::new(py, BatchMemory { data: batch.data })?;
+    let images = &memory.get().data;
     let view = ArrayView4::from_shape((n, h, w, c), &images[..]).map_err(|e| {
         crate::errors::DataError::new_err(format!(
             "a batch of {n} samples of shape [{h}, {w}, {c}] holds {} bytes: {e}",
@@ -60,6 +120,5 @@ pub fn to_arrays<'py>(py: Python<'py>, batch: Batch) -> PyResult<Arrays<'py>> {
     // range is used after this call.
     let array = unsafe { PyArray4::borrow_from_array(&view, memory.clone().into_any()) };
     let labels = PyArray1::from_vec(py, batch.labels);
-    let ids = PyArray1::from_vec(py, batch.sample_ids);
-    Ok((array, labels, ids))
+    Ok((array, labels))
 }

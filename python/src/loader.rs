@@ -18,7 +18,7 @@ use hetgen_data::client::Client;
 use hetgen_data::input::{self, Asked, Mode};
 use hetgen_env::Env;
 use hetgen_pipeline::{
-    Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, LocalInput, Position,
+    Batch, BatchStream, Batches, BoxError, EpochPlan, InputConfig, LocalInput, Position,
     StageRegistry,
 };
 use hetgen_spec::model::{Job, Stage};
@@ -35,7 +35,7 @@ type Item = Result<(Batch, Position), BoxError>;
 /// Where batches come from.
 enum Input {
     /// The engine in this process.
-    Local(Arc<Engine>),
+    Local(Arc<dyn Batches>),
     /// The job's data servers.
     Remote(Arc<Client>),
 }
@@ -288,7 +288,7 @@ impl NativeLoader {
         };
         let item = wait::recv(py, &rx)?;
         let mut state = self.lock();
-        let (batch, position) = match item {
+        let (mut batch, position) = match item {
             Some(Ok(item)) => item,
             Some(Err(e)) => {
                 state.ended = true;
@@ -309,10 +309,11 @@ impl NativeLoader {
         state.position = position;
         drop(state);
         let (epoch, shard, index) = (batch.epoch, batch.shard, batch.index);
-        let (images, labels, ids) = crate::batch::to_arrays(py, batch)?;
+        let ids = numpy::PyArray1::from_vec(py, std::mem::take(&mut batch.sample_ids));
+        let [first, second] = crate::batch::to_python(py, batch)?;
         let items: [Bound<'py, PyAny>; 6] = [
-            images.into_any(),
-            labels.into_any(),
+            first,
+            second,
             ids.into_any(),
             epoch.into_pyobject(py)?.into_any(),
             shard.into_pyobject(py)?.into_any(),
@@ -452,13 +453,19 @@ impl Input {
                 let client = connect::connect(py, job, env, servers, rank)?;
                 let client = match dirs {
                     Some(channels) => client
-                        .with_local(engine(job, &channels, decided.threads)?)
+                        .with_local(engine(py, job, env, &channels, decided.threads)?)
                         .map_err(|e| errors::to_py(&e))?,
                     None => client,
                 };
                 Ok(Input::Remote(Arc::new(client)))
             }
-            Mode::Local => Ok(Input::Local(engine(job, &channels()?, decided.threads)?)),
+            Mode::Local => Ok(Input::Local(engine(
+                py,
+                job,
+                env,
+                &channels()?,
+                decided.threads,
+            )?)),
         }
     }
 
@@ -519,15 +526,30 @@ fn decide(job: &Job, env: Option<&Env>, asked: &Asked) -> PyResult<input::Input>
     }
 }
 
-/// The pipeline engine on this host, with `threads` workers.
+/// The job's pipeline on this host, with `threads` threads (or Python dataset workers, run by
+/// this process's own interpreter).
 fn engine(
+    py: Python<'_>,
     job: &Job,
+    env: Option<&Env>,
     channels: &BTreeMap<String, PathBuf>,
     threads: usize,
-) -> PyResult<Arc<Engine>> {
-    Engine::new(job, &StageRegistry::builtin(), channels, Some(threads))
-        .map(Arc::new)
-        .map_err(|e| errors::to_py(&e))
+) -> PyResult<Arc<dyn Batches>> {
+    let mut python = input::python_setup(env);
+    if std::env::var_os(hetgen_env::PYTHON_VAR).is_none() {
+        python.python = py.import("sys")?.getattr("executable")?.extract()?;
+    }
+    // Building a Python dataset starts processes and waits for them: the GIL is not needed.
+    py.detach(|| {
+        hetgen_pipeline::open(
+            job,
+            &StageRegistry::builtin(),
+            channels,
+            Some(threads),
+            &python,
+        )
+    })
+    .map_err(|e| errors::to_py(&e))
 }
 
 /// What this rank streams, when the source has a sample for each rank at least.

@@ -35,8 +35,8 @@ def hetgen(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
     )
 
 
-def project(tmp_path: Path) -> Path:
-    made = hetgen("new", "digits", "--example", "pytorch", cwd=tmp_path)
+def project(tmp_path: Path, example: str = "pytorch") -> Path:
+    made = hetgen("new", "digits", "--example", example, cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     return tmp_path / "digits"
 
@@ -75,6 +75,61 @@ def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(t
     assert report["ranks"] == 2
     assert report["accuracy"] >= 0.90, report
     # Both ranks together yielded every training sample of every epoch exactly once.
+    lines = audit(audit_file)
+    assert max(Counter(lines).values()) == 1
+    per_epoch = Counter(epoch for epoch, _ in lines)
+    assert per_epoch == {epoch: 1436 for epoch in range(report["epochs"])}
+    assert processes_of(root / "build") == []
+
+
+def test_the_pytorch_dataset_example_trains_on_its_own_dataset_with_a_data_host_frozen(tmp_path):
+    """The data hosts run the example's torch Dataset (data.py, torchvision augmentation) in
+    their Python workers; one of them (its server and workers) is frozen for a few seconds
+    mid-training. Nothing is lost or repeated, and the model learns."""
+    root = project(tmp_path, "pytorch-dataset")
+    assert hetgen("render", cwd=root).returncode == 0
+    audit_file = tmp_path / "audit.txt"
+    job = subprocess.Popen(
+        [binary("HETGEN_BIN"), "deploy", "--local", "--env", f"HETGEN_AUDIT_FILE={audit_file}"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        # Once batches flow, freeze a data host: every process of it, server and workers.
+        deadline = time.monotonic() + 300
+        while not (audit_file.exists() and len(audit_file.read_text().splitlines()) > 1000):
+            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()
+            time.sleep(0.2)
+        (hosts,) = root.glob("build/digits/local/*/hosts")
+        data_host = next(
+            h
+            for h in sorted(hosts.iterdir())
+            if json.loads((h / "input/config/resourceconfig.json").read_text())[
+                "current_group_name"
+            ]
+            == "data_group"
+        )
+        frozen = processes_of(data_host)
+        assert len(frozen) >= 3, frozen  # the toolkit, the server, its workers
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(4)
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        output, _ = job.communicate(timeout=400)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, output
+    assert "Completed" in output
+    assert "Python dataset ready" in output
+    (metrics,) = {p.resolve() for p in root.glob("build/**/model/metrics.json")}
+    report = json.loads(metrics.read_text())
+    assert report["ranks"] == 2
+    assert report["accuracy"] >= 0.90, report
     lines = audit(audit_file)
     assert max(Counter(lines).values()) == 1
     per_epoch = Counter(epoch for epoch, _ in lines)

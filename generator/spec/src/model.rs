@@ -115,14 +115,13 @@ impl Job {
     /// Whether the trainer group receives what the pipeline reads (always for a synthetic
     /// source; for a channel, when it names no groups or names the trainer's).
     pub fn trainer_reads_source(&self) -> bool {
-        let channel = match &self.pipeline.source {
-            Source::ImageFolder { channel } | Source::TarShards { channel } => channel,
-            Source::Synthetic { .. } => return true,
+        let Some(channel) = self.pipeline.source.channel() else {
+            return true;
         };
         let trainer = &self.trainer_group().name;
         self.channels
             .iter()
-            .find(|c| &c.name == channel)
+            .find(|c| c.name == channel)
             .is_some_and(|c| c.instance_groups.is_empty() || c.instance_groups.contains(trainer))
     }
 
@@ -191,10 +190,22 @@ pub struct Pipeline {
     /// How many of a trainer host's vCPUs its own pipeline uses ([`Job::trainer_threads`]).
     #[serde(default)]
     pub trainer_cpus: TrainerCpus,
-    /// Stages in order, defaults applied.
+    /// Stages in order, defaults applied; none for a Python source.
     pub stages: Vec<Stage>,
-    /// `[height, width, channels]` of every sample the pipeline emits.
+    /// `[height, width, channels]` of every sample the pipeline emits, or
+    /// [`Pipeline::UNKNOWN_SHAPE`] for a Python source, whose samples are whatever its dataset
+    /// returns (known only once it runs).
     pub output_shape: [u32; 3],
+}
+
+impl Pipeline {
+    /// The `output_shape` of a pipeline whose samples hetgen cannot know before it runs.
+    pub const UNKNOWN_SHAPE: [u32; 3] = [0, 0, 0];
+
+    /// `output_shape`, where hetgen knows it.
+    pub fn known_output_shape(&self) -> Option<[u32; 3]> {
+        (self.output_shape != Self::UNKNOWN_SHAPE).then_some(self.output_shape)
+    }
 }
 
 /// `[pipeline] reserve_vcpus` / `trainer_threads`: the trainer host's share of preprocessing.
@@ -242,13 +253,42 @@ pub enum Source {
         /// Encoded form, if any.
         encoding: Option<ImageEncoding>,
     },
+    /// The user's own map-style dataset (`__len__`, `__getitem__`), made by Python worker
+    /// processes on every host that runs the pipeline.
+    Python {
+        /// The function that builds the dataset from the channel's folder and the job's
+        /// hyperparameters.
+        dataset: PythonRef,
+        /// The function that turns a list of samples into a batch; `None`: stack them field by
+        /// field, as PyTorch's default collate does.
+        collate: Option<PythonRef>,
+        /// The channel whose local folder the dataset reads.
+        channel: String,
+    },
+}
+
+/// A function in a Python file of the job's code folder: `data.py:make_train_set`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonRef {
+    /// The file, relative to the code folder (the script's `source_dir`), `/` between folders.
+    pub file: String,
+    /// The name the file binds at its top level: a function, a class or any other callable.
+    pub name: String,
+}
+
+impl std::fmt::Display for PythonRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.name)
+    }
 }
 
 impl Source {
     /// The channel the source reads, if any.
     pub fn channel(&self) -> Option<&str> {
         match self {
-            Source::ImageFolder { channel } | Source::TarShards { channel } => Some(channel),
+            Source::ImageFolder { channel }
+            | Source::TarShards { channel }
+            | Source::Python { channel, .. } => Some(channel),
             Source::Synthetic { .. } => None,
         }
     }

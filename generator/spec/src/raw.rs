@@ -192,6 +192,22 @@ pub enum RawSource {
         /// Deliver encoded images (so the pipeline must `decode`) instead of raw pixels.
         encoding: Option<ImageEncoding>,
     },
+    /// Your own map-style dataset (an object with `__len__` and `__getitem__(i)`, as for a
+    /// PyTorch `DataLoader`), run by Python worker processes on the hosts that run the
+    /// pipeline, one per pipeline thread. Needs a script-mode trainer (`[trainer] script`).
+    /// Not with `[[pipeline.stage]]`: your dataset does its own preprocessing.
+    Python {
+        /// `file.py:function`: the function that builds the dataset, called as
+        /// `function(path, hyperparameters)` with the channel's local folder (a `str`) and the
+        /// job's hyperparameters (a `dict`). The file is relative to the trainer's
+        /// `source_dir`, `/` between folders; the function is defined at its top level.
+        dataset: String,
+        /// `file.py:function` (as for `dataset`) that turns a list of samples into a batch.
+        /// Default: samples are stacked field by field, as PyTorch's default collate does.
+        collate: Option<String>,
+        /// The channel holding the data.
+        channel: String,
+    },
 }
 
 /// `[[pipeline.stage]]`: one operation on every sample.

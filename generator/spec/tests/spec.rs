@@ -50,7 +50,8 @@ fn every_example_is_valid() {
     }
 }
 
-/// Each file in `examples/invalid/` is named for the problem it shows.
+/// Each file in `examples/invalid/` is named for the problem it shows. Checked as files, as
+/// `hetgen validate` checks them: the files they name (`train.py`, `data.py`) are there.
 #[test]
 fn every_invalid_case_reports_its_own_code() {
     let cases = specs("examples/invalid");
@@ -60,7 +61,8 @@ fn every_invalid_case_reports_its_own_code() {
         cases.len()
     );
     for (name, text) in cases {
-        let checked = check(&name, &text);
+        let file = repo().join(format!("examples/invalid/{name}.toml"));
+        let checked = hetgen_spec::check_file(&file, text.as_bytes());
         let report = &checked.report;
         let codes: Vec<&str> = report.problems.iter().map(|p| p.code).collect();
         let expected = match name.as_str() {
@@ -725,4 +727,272 @@ fn the_built_in_trainer_needs_its_own_image() {
         .expect("a missing image_uri is reported");
     assert!(problem.message.contains("built-in trainer"), "{problem:?}");
     assert!(problem.span.is_some() && problem.help.is_some());
+}
+
+/// A script-mode job whose pipeline reads the channel `training` with the Python dataset
+/// `source` (the inline table's keys after `format`); `trainer` is the `[trainer]` table's lines.
+fn python_spec(source: &str, trainer: &str) -> String {
+    format!(
+        r#"version = 1
+[job]
+name = "python-source"
+[[instance_group]]
+name = "data_group"
+instance_type = "ml.c5.xlarge"
+role = "data"
+[[instance_group]]
+name = "dnn_group"
+instance_type = "ml.g5.xlarge"
+role = "trainer"
+[[channel]]
+name = "training"
+uri = "data/train"
+[pipeline]
+source = {{ format = "python", {source}, channel = "training" }}
+batch_size = 32
+threads = 4
+[trainer]
+{trainer}
+"#
+    )
+}
+
+fn codes(checked: &hetgen_spec::Checked) -> Vec<&'static str> {
+    checked.report.problems.iter().map(|p| p.code).collect()
+}
+
+#[test]
+fn a_python_source_resolves_to_its_functions_and_no_stages() {
+    use hetgen_spec::model::{Pipeline, PythonRef, Source};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("src/lib")).unwrap();
+    std::fs::write(dir.path().join("src/train.py"), "").unwrap();
+    std::fs::write(
+        dir.path().join("src/data.py"),
+        "def make_train_set(path, hyperparameters):\n    return []\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("src/lib/batching.py"),
+        "def collate(samples):\n    return samples\n",
+    )
+    .unwrap();
+    let text = python_spec(
+        r#"dataset = "data.py:make_train_set", collate = "lib/batching.py:collate""#,
+        "script = \"train.py\"\nsource_dir = \"src\"",
+    );
+    let checked = hetgen_spec::check_file(&dir.path().join("hetgen.toml"), text.as_bytes());
+    let job = checked
+        .job
+        .unwrap_or_else(|| panic!("{:#?}", checked.report.problems));
+    let pipeline = &job.pipeline;
+    assert_eq!(
+        pipeline.source,
+        Source::Python {
+            dataset: PythonRef {
+                file: "data.py".into(),
+                name: "make_train_set".into(),
+            },
+            collate: Some(PythonRef {
+                file: "lib/batching.py".into(),
+                name: "collate".into(),
+            }),
+            channel: "training".into(),
+        }
+    );
+    assert!(pipeline.stages.is_empty());
+    assert_eq!(pipeline.output_shape, Pipeline::UNKNOWN_SHAPE);
+    assert_eq!(pipeline.known_output_shape(), None);
+    assert_eq!(pipeline.threads, Some(4));
+    assert!(
+        job.trainer_reads_source(),
+        "the channel reaches every group"
+    );
+    let back: hetgen_spec::Job =
+        serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap();
+    assert_eq!(back, job);
+
+    // Without `collate`, batches are stacked as PyTorch stacks them.
+    let text = python_spec(
+        r#"dataset = "data.py:make_train_set""#,
+        "script = \"train.py\"",
+    );
+    let job = check("hetgen.toml", &text).job.unwrap();
+    assert!(matches!(
+        job.pipeline.source,
+        Source::Python { collate: None, .. }
+    ));
+}
+
+#[test]
+fn a_python_function_is_file_py_colon_name() {
+    for (dataset, label) in [
+        ("data.make_train_set", "no `:`"),
+        ("data.py", "no `:`"),
+        ("data.py:", "no function"),
+        (":make_train_set", "no file"),
+        ("/code/data.py:make_train_set", "absolute path"),
+        ("../data.py:make_train_set", "leaves its folder"),
+        ("src\\\\data.py:make_train_set", "`\\`"),
+        ("data.txt:make_train_set", "not a `.py` file"),
+        ("src/.py:make_train_set", "not a `.py` file"),
+        ("data.py:make-train-set", "not a Python name"),
+        ("data.py:make_train_set()", "not a Python name"),
+        ("data.py:1st", "not a Python name"),
+        ("data.py:class", "keyword"),
+    ] {
+        let text = python_spec(&format!("dataset = \"{dataset}\""), "script = \"train.py\"");
+        let checked = check("hetgen.toml", &text);
+        assert!(checked.job.is_none(), "{dataset}");
+        let problem = &checked.report.problems[0];
+        assert_eq!(codes(&checked), ["hetgen::spec::python-ref"], "{dataset}");
+        assert!(
+            problem.label.contains(label),
+            "{dataset}: {}",
+            problem.label
+        );
+        assert!(
+            problem
+                .help
+                .as_deref()
+                .unwrap()
+                .contains("data.py:make_train_set")
+        );
+        let (line, column) = problem.line_col().unwrap();
+        let line_text = text.lines().nth(line - 1).unwrap();
+        assert!(
+            line_text[column - 1..].starts_with('"'),
+            "{dataset}: at the value"
+        );
+    }
+    let collate = python_spec(
+        r#"dataset = "data.py:make_train_set", collate = "data.collate""#,
+        "script = \"train.py\"",
+    );
+    let checked = check("hetgen.toml", &collate);
+    assert_eq!(codes(&checked), ["hetgen::spec::python-ref"]);
+    assert!(
+        checked.report.problems[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("data.py:collate")
+    );
+    for ok in [
+        "data.py:make_train_set",
+        "src/my-data.py:_Digits2",
+        "d.py:données",
+    ] {
+        let text = python_spec(&format!("dataset = \"{ok}\""), "script = \"train.py\"");
+        assert!(check("hetgen.toml", &text).job.is_some(), "{ok}");
+    }
+}
+
+#[test]
+fn a_python_function_must_be_defined_at_its_file_s_top_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("hetgen.toml");
+    std::fs::write(dir.path().join("train.py"), "").unwrap();
+    std::fs::write(
+        dir.path().join("data.py"),
+        "import torch\n\n\
+         def make_train_set(path, hyperparameters):\n    \
+             def nested_set(path, hyperparameters):\n        \
+                 return []\n    \
+             return nested_set(path, hyperparameters)\n\n\
+         async def fetch(path):\n    pass\n\n\
+         class Digits(torch.utils.data.Dataset):\n    \
+             def __len__(self):\n        \
+                 return 0\n\n\
+         make_alias = make_train_set\n",
+    )
+    .unwrap();
+    let checked = |dataset: &str| {
+        let text = python_spec(&format!("dataset = \"{dataset}\""), "script = \"train.py\"");
+        hetgen_spec::check_file(&spec, text.as_bytes())
+    };
+    for defined in ["make_train_set", "fetch", "Digits", "make_alias", "torch"] {
+        let ok = checked(&format!("data.py:{defined}"));
+        assert!(ok.job.is_some(), "{defined}: {:#?}", ok.report.problems);
+    }
+
+    let undefined = |name: &str| {
+        let checked = checked(&format!("data.py:{name}"));
+        assert_eq!(
+            codes(&checked),
+            ["hetgen::spec::python-undefined"],
+            "{name}"
+        );
+        let problem = checked.report.problems[0].clone();
+        assert_eq!(problem.message, format!("`data.py` defines no `{name}`"));
+        problem.help.unwrap()
+    };
+    // Indented, inside the function: not what the workers find on the module.
+    assert!(undefined("nested_set").contains("inside a block"));
+    assert!(undefined("__len__").contains("inside a block"));
+    assert_eq!(undefined("make_trainset"), "did you mean `make_train_set`?");
+    assert!(undefined("build").contains("def build(path, hyperparameters):"));
+
+    let missing = checked("lib/data.py:make_train_set");
+    assert_eq!(codes(&missing), ["hetgen::spec::not-found"]);
+    assert_eq!(
+        missing.report.problems[0].message,
+        "no file `lib/data.py` in `.`"
+    );
+    // Without the spec's folder nothing is looked for.
+    let text = python_spec(
+        r#"dataset = "lib/data.py:nowhere""#,
+        "script = \"train.py\"",
+    );
+    assert!(check("hetgen.toml", &text).job.is_some());
+}
+
+#[test]
+fn a_python_source_takes_a_script_and_no_stages() {
+    let source = r#"dataset = "data.py:make_train_set""#;
+    let builtin = check(
+        "hetgen.toml",
+        &python_spec(source, "model = \"mnist-cnn\"\nsteps = 10"),
+    );
+    // The model's input shape is not known, so only the trainer kind is reported.
+    assert_eq!(codes(&builtin), ["hetgen::spec::python-trainer"]);
+    let problem = &builtin.report.problems[0];
+    assert!(
+        problem
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("script = \"train.py\"")
+    );
+
+    let staged = python_spec(source, "script = \"train.py\"").replace(
+        "[trainer]",
+        "[[pipeline.stage]]\nop = \"decode\"\n[[pipeline.stage]]\nop = \"resize\"\nsize = [8, 8]\n[trainer]",
+    );
+    let checked = check("hetgen.toml", &staged);
+    assert!(checked.job.is_none());
+    assert_eq!(codes(&checked), ["hetgen::spec::python-stages"]);
+    let (line, _) = checked.report.problems[0].line_col().unwrap();
+    assert_eq!(
+        staged.lines().nth(line - 1),
+        Some("[[pipeline.stage]]"),
+        "at the first stage"
+    );
+
+    // Its channel is checked as any source's.
+    let unknown = python_spec(source, "script = \"train.py\"")
+        .replace("channel = \"training\" }", "channel = \"trainig\" }");
+    assert_eq!(
+        codes(&check("hetgen.toml", &unknown)),
+        ["hetgen::spec::unknown-channel"]
+    );
+    let unreached = python_spec(source, "script = \"train.py\"").replace(
+        "uri = \"data/train\"",
+        "uri = \"data/train\"\ninstance_groups = [\"dnn_group\"]",
+    );
+    assert_eq!(
+        codes(&check("hetgen.toml", &unreached)),
+        ["hetgen::spec::channel-unreached"]
+    );
 }

@@ -13,6 +13,35 @@ import time
 import hetgen
 
 
+def leaves(node, path=()):
+    """`(path, array)` of every field of a Python dataset's batch, in its order."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from leaves(value, path + (key,))
+    elif isinstance(node, (tuple, list)):
+        for i, value in enumerate(node):
+            yield from leaves(value, path + (str(i),))
+    else:
+        yield path, node
+
+
+def dataset_record(batch):
+    """A batch of the tests' `fields` dataset (whose samples carry their `id`): its ids, a
+    digest of its bytes, and one of each sample's bytes."""
+    fields = list(leaves(batch))
+    ids = batch["id"].tolist()
+    whole = hashlib.sha256()
+    for path, array in fields:
+        whole.update(".".join(path).encode() + str(array.dtype).encode() + array.tobytes())
+    samples = []
+    for k in range(len(ids)):
+        one = hashlib.sha256()
+        for _, array in fields:
+            one.update(array[k].tobytes())
+        samples.append(one.hexdigest())
+    return {"ids": ids, "sha256": whole.hexdigest(), "samples": samples}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec")
@@ -27,6 +56,8 @@ def main():
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--distributed", action="store_true")
     parser.add_argument("--shutdown", action="store_true")
+    parser.add_argument("--hosts")
+    parser.add_argument("--token")
     args = parser.parse_args()
 
     if args.distributed:
@@ -40,6 +71,8 @@ def main():
         channels=args.channels,
         deterministic=args.deterministic or None,
         epochs=args.epochs,
+        hosts=args.hosts.split(",") if args.hosts else None,
+        token=args.token,
     )
     if args.resume:
         with open(args.state) as f:
@@ -48,16 +81,19 @@ def main():
     with open(args.out, "w") as out:
         for epoch in range(loader.epoch, args.epochs):
             for batch in loader:
-                images, labels = batch
-                digest = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
-                record = {
-                    "rank": loader.rank,
-                    "epoch": batch.epoch,
-                    "shard": batch.shard,
-                    "index": batch.index,
-                    "ids": batch.sample_ids.tolist(),
-                    "sha256": digest,
-                }
+                if isinstance(batch, hetgen.Batch):
+                    images, labels = batch
+                    digest = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
+                    record = {
+                        "rank": loader.rank,
+                        "epoch": batch.epoch,
+                        "shard": batch.shard,
+                        "index": batch.index,
+                        "ids": batch.sample_ids.tolist(),
+                        "sha256": digest,
+                    }
+                else:
+                    record = dataset_record(batch)
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 seen += 1

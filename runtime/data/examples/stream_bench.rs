@@ -63,8 +63,10 @@ impl Batches for Ready {
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
                 labels: chunk.iter().map(|id| (id % 10) as i64).collect(),
-                images: self.images.slice(..chunk.len() * SAMPLE_BYTES),
+                data: self.images.slice(..chunk.len() * SAMPLE_BYTES),
                 shape: [224, 224, 3],
+                tensors: Vec::new(),
+                structure: String::new(),
             };
             if !emit(batch) {
                 break;
@@ -149,7 +151,7 @@ fn stream_from(
             .next_batch()
             .expect("batch")
             .expect("no error")
-            .images
+            .data
             .len();
     }
     let streamed = Streamed {

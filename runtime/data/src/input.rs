@@ -17,7 +17,10 @@
 //!   - local, for a job with data groups (an A/B run of its input, or a script on a laptop):
 //!     the spec's `pipeline.threads`, else this machine's cores divided among its local ranks.
 
+use std::path::PathBuf;
+
 use hetgen_env::Env;
+use hetgen_pipeline::python::PythonSetup;
 use hetgen_spec::model::Job;
 
 use crate::client::{data_hosts, local_threads};
@@ -89,6 +92,22 @@ pub fn decide(job: &Job, env: Option<&Env>, asked: &Asked) -> Result<Input, NoDa
         Mode::Remote => threads,
     };
     Ok(Input { mode, threads })
+}
+
+/// How this process runs a Python dataset's workers: the interpreter in `HETGEN_PYTHON` (the
+/// `hetgen` package's launcher and Loader set it to their own), else `python3`; the code folder
+/// in `HETGEN_CODE_DIR` (the source bundle's folder on AWS's image, the spec's `source_dir` on
+/// a local run), else `/opt/ml/code`; the job's hyperparameters when inside a job.
+pub fn python_setup(env: Option<&Env>) -> PythonSetup {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    PythonSetup {
+        python: var(hetgen_env::PYTHON_VAR).map_or_else(|| PathBuf::from("python3"), PathBuf::from),
+        code_dir: var(hetgen_env::CODE_DIR_VAR).map_or_else(
+            || PathBuf::from(hetgen_env::DEFAULT_CODE_DIR),
+            PathBuf::from,
+        ),
+        hyperparameters: env.map(|e| e.hyperparameters.clone()).unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]

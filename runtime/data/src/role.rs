@@ -2,11 +2,10 @@
 //! told to stop, and say why it stopped.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Env, HostsFile};
-use hetgen_pipeline::{Engine, PipelineError, StageRegistry};
+use hetgen_pipeline::{PipelineError, StageRegistry};
 use hetgen_spec::model::Job;
 
 use crate::server::{
@@ -138,12 +137,13 @@ pub fn run_data_role(
         .lookup(env.host())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let address = SocketAddr::new(ip, port);
-    let engine = Arc::new(Engine::new(
+    let engine = hetgen_pipeline::open(
         job,
         registry,
         &env.channel_dirs,
         job.pipeline.threads.map(|t| t as usize),
-    )?);
+        &crate::input::python_setup(Some(env)),
+    )?;
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     limits_from_env(&mut config)?;
     config.trainer_hosts = crate::client::trainer_hosts(job, env);

@@ -11,14 +11,61 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{encode_varint, encoded_len_varint};
 
-use crate::proto::Batch;
+use hetgen_pipeline::{DType, Tensor};
 
-/// `Batch.images` is field 7, length-delimited (wire type 2).
-const IMAGES_KEY: u8 = (7 << 3) | 2;
+use crate::proto::{self, Batch};
+
+/// `Batch.data` is field 7, length-delimited (wire type 2).
+const DATA_KEY: u8 = (7 << 3) | 2;
+
+/// The .proto's `DType` number of `dtype` (its enum lists them in [`DType::ALL`]'s order).
+pub fn dtype_code(dtype: DType) -> i32 {
+    DType::ALL
+        .iter()
+        .position(|d| *d == dtype)
+        .map_or(0, |i| i as i32 + 1)
+}
+
+/// The [`DType`] of a .proto `DType` number, if it names one.
+pub fn dtype_from_code(code: i32) -> Option<DType> {
+    usize::try_from(code - 1)
+        .ok()
+        .and_then(|i| DType::ALL.get(i).copied())
+}
+
+/// A batch's tensors as the .proto describes them.
+pub fn tensors_to_wire(tensors: &[Tensor]) -> Vec<proto::Tensor> {
+    tensors
+        .iter()
+        .map(|t| proto::Tensor {
+            name: t.name.clone(),
+            dtype: dtype_code(t.dtype),
+            shape: t.shape.clone(),
+            offset: t.offset,
+        })
+        .collect()
+}
+
+/// A received batch's tensors, or what is wrong with them.
+pub fn tensors_from_wire(tensors: Vec<proto::Tensor>) -> Result<Vec<Tensor>, String> {
+    tensors
+        .into_iter()
+        .map(|t| {
+            Ok(Tensor {
+                dtype: dtype_from_code(t.dtype).ok_or_else(|| {
+                    format!("tensor `{}` has an unknown dtype {}", t.name, t.dtype)
+                })?,
+                name: t.name,
+                shape: t.shape,
+                offset: t.offset,
+            })
+        })
+        .collect()
+}
 
 /// The frame of `batch`: its head, then its images (empty when the batch has none).
 pub fn batch_frame(mut batch: Batch) -> Result<(Bytes, Bytes), String> {
-    let images = std::mem::take(&mut batch.images);
+    let images = std::mem::take(&mut batch.data);
     let images_field = if images.is_empty() {
         0
     } else {
@@ -33,7 +80,7 @@ pub fn batch_frame(mut batch: Batch) -> Result<(Bytes, Bytes), String> {
     head.put_u32(len);
     batch.encode(&mut head).map_err(|e| e.to_string())?;
     if !images.is_empty() {
-        head.put_u8(IMAGES_KEY);
+        head.put_u8(DATA_KEY);
         encode_varint(images.len() as u64, &mut head);
     }
     Ok((head.freeze(), images))
@@ -51,8 +98,15 @@ mod tests {
             last: true,
             sample_ids: vec![5, 9, 300_000],
             labels: vec![1, 0, 7],
-            images: images.into(),
+            data: images.into(),
             checksum: 0xdead_beef,
+            tensors: vec![proto::Tensor {
+                name: "image".into(),
+                dtype: 1,
+                shape: vec![3],
+                offset: 0,
+            }],
+            structure: "0".into(),
         }
     }
 
@@ -72,10 +126,33 @@ mod tests {
     }
 
     #[test]
+    fn dtype_codes_are_the_protos() {
+        use proto::DType as Wire;
+        let wire = [
+            (DType::U8, Wire::DtypeUint8),
+            (DType::I8, Wire::DtypeInt8),
+            (DType::I16, Wire::DtypeInt16),
+            (DType::I32, Wire::DtypeInt32),
+            (DType::I64, Wire::DtypeInt64),
+            (DType::F16, Wire::DtypeFloat16),
+            (DType::Bf16, Wire::DtypeBfloat16),
+            (DType::F32, Wire::DtypeFloat32),
+            (DType::F64, Wire::DtypeFloat64),
+            (DType::Bool, Wire::DtypeBool),
+        ];
+        for (dtype, code) in wire {
+            assert_eq!(dtype_code(dtype), code as i32);
+            assert_eq!(dtype_from_code(code as i32), Some(dtype));
+        }
+        assert_eq!(dtype_from_code(0), None);
+        assert_eq!(dtype_from_code(11), None);
+    }
+
+    #[test]
     fn the_images_are_not_copied() {
         let images = Bytes::from(vec![7u8; 1 << 20]);
         let (_, sent) = batch_frame(Batch {
-            images: images.clone(),
+            data: images.clone(),
             ..batch(vec![])
         })
         .unwrap();

@@ -37,11 +37,7 @@ fn three_servers_yield_every_sample_once_per_epoch() {
     let mut stream = client.stream(input(&job, &client, 2, false), None);
     let batches = drain(&mut stream);
     assert_exactly_once(&batches, 2, 600);
-    assert!(
-        batches
-            .iter()
-            .all(|b| b.images.len() == b.len() * 8 * 8 * 3)
-    );
+    assert!(batches.iter().all(|b| b.data.len() == b.len() * 8 * 8 * 3));
     // Batches of one shard arrive in index order, whatever the interleaving of shards.
     let mut next = std::collections::HashMap::new();
     for b in &batches {

@@ -53,6 +53,9 @@ pub const AUDIT_FILE_VAR: &str = "HETGEN_AUDIT_FILE";
 pub const CODE_DIR_VAR: &str = "HETGEN_CODE_DIR";
 /// Where script-mode images keep the user's source.
 pub const DEFAULT_CODE_DIR: &str = "/opt/ml/code";
+/// The Python interpreter that runs a Python dataset's workers (the `hetgen` package sets it
+/// to its own; default `python3` on `PATH`).
+pub const PYTHON_VAR: &str = "HETGEN_PYTHON";
 /// Script mode: the port of `torchrun`'s rendezvous on the trainer group's first host.
 pub const RENDEZVOUS_PORT_VAR: &str = "HETGEN_RENDEZVOUS_PORT";
 /// `torchrun`'s own default rendezvous port.

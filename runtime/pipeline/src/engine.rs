@@ -292,8 +292,10 @@ impl Engine {
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
                 labels,
-                images: images.into(),
+                data: images.into(),
                 shape: self.shape,
+                tensors: Vec::new(),
+                structure: String::new(),
             };
             if !emit(batch) {
                 break;

@@ -86,6 +86,41 @@ pub enum PipelineError {
         /// Samples in the source.
         samples: u64,
     },
+    /// The Python dataset could not be built on this host (its import, the factory, `len`).
+    #[error("the Python dataset `{dataset}` could not be built:\n{message}")]
+    PythonSetup {
+        /// `file.py:factory`.
+        dataset: String,
+        /// The traceback or the reason.
+        message: String,
+    },
+    /// The user's Python code failed on a batch with no one sample to blame.
+    #[error("{stage}: {message}")]
+    Python {
+        /// `collate`, …
+        stage: String,
+        /// The traceback or the reason.
+        message: String,
+    },
+    /// A batch killed the worker making it, time after time.
+    #[error(
+        "the Python worker died {deaths} times making the batch of samples {first}..={last} (last: {how}); a sample of it crashes the process (memory? native code?)"
+    )]
+    WorkerDied {
+        /// Deaths in a row.
+        deaths: u32,
+        /// How the last one ended.
+        how: String,
+        /// The batch's first sample id.
+        first: u64,
+        /// Its last.
+        last: u64,
+    },
+    /// The image engine was asked to run a Python dataset.
+    #[error(
+        "the source is the Python dataset `{0}`: it runs in Python worker processes, not in hetgen's image engine (this command measures built-in image pipelines only)"
+    )]
+    NotImages(String),
     /// The thread pool could not start.
     #[error("cannot start the pipeline's thread pool: {0}")]
     Pool(String),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use crate::{Batch, BatchStream, BoxError, Engine, EpochPlan, InputConfig, Position, ShardWork};
+use crate::{Batch, BatchStream, Batches, BoxError, EpochPlan, InputConfig, Position, ShardWork};
 
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 2;
@@ -16,7 +16,8 @@ const AHEAD: usize = 2;
 /// A batch and the number of batches of its shard (for [`Position::advance`]).
 type Item = Result<(Batch, u32), BoxError>;
 
-/// [`BatchStream`] over an in-process [`Engine`].
+/// [`BatchStream`] over an in-process maker of batches (the engine, or a Python dataset's
+/// workers).
 pub struct LocalInput {
     rx: Option<Receiver<Item>>,
     producer: Option<JoinHandle<()>>,
@@ -25,13 +26,13 @@ pub struct LocalInput {
 
 impl LocalInput {
     /// Stream `config`'s epochs from `start` (the beginning when `None`).
-    pub fn new(engine: Arc<Engine>, config: InputConfig, start: Option<Position>) -> Self {
+    pub fn new(engine: Arc<dyn Batches>, config: InputConfig, start: Option<Position>) -> Self {
         let start = start.unwrap_or_default();
         let (tx, rx) = sync_channel(AHEAD);
         let from = start.clone();
         let producer = std::thread::Builder::new()
             .name("hetgen-local-input".to_owned())
-            .spawn(move || produce(&engine, &config, &from, &tx))
+            .spawn(move || produce(&*engine, &config, &from, &tx))
             .ok();
         Self {
             rx: Some(rx),
@@ -41,7 +42,7 @@ impl LocalInput {
     }
 }
 
-fn produce(engine: &Engine, config: &InputConfig, start: &Position, tx: &SyncSender<Item>) {
+fn produce(engine: &dyn Batches, config: &InputConfig, start: &Position, tx: &SyncSender<Item>) {
     let bs = config.batch_size.max(1);
     let mut epoch = start.epoch;
     while config.epochs.is_none_or(|n| epoch < n) {

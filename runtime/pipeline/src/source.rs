@@ -53,6 +53,9 @@ pub fn open(
             samples: *samples,
             encoding: *encoding,
         }),
+        SourceSpec::Python { dataset, .. } => {
+            return Err(PipelineError::NotImages(dataset.to_string()));
+        }
     })
 }
 

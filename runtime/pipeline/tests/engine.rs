@@ -13,6 +13,9 @@ use hetgen_pipeline::{
 use hetgen_spec::model::Job;
 use proptest::prelude::*;
 
+#[path = "engine/python.rs"]
+mod python;
+
 /// The `pipeline-test` fixture job reading `source` in batches of `batch`, through `stages`
 /// (a TOML array of stage tables, one a line as a spec writes them; `[]` for none).
 fn job(source: &str, batch: u32, stages: &str) -> Job {
@@ -107,7 +110,7 @@ fn image_folder_labels_are_sorted_class_indices() {
     assert!(
         batches
             .iter()
-            .all(|b| b.images.len() == b.len() * 8 * 8 * 3 && b.shape == [8, 8, 3])
+            .all(|b| b.data.len() == b.len() * 8 * 8 * 3 && b.shape == [8, 8, 3])
     );
     // normalize is left to the trainer's device: the stage list compiles without it, and the
     // decode fuses with the resize after it.
@@ -209,9 +212,9 @@ fn custom_stages_run_from_the_registry() {
     let a = shard(&engine(&plain, &none, 1), 0, &[3], 1);
     let b = shard(&engine(&inverted, &none, 1), 0, &[3], 1);
     assert!(
-        a[0].images
+        a[0].data
             .iter()
-            .zip(&b[0].images)
+            .zip(&b[0].data)
             .all(|(x, y)| *x == 255 - *y)
     );
 }
@@ -238,10 +241,7 @@ fn a_sample_does_not_depend_on_thread_count_batch_or_position() {
         let mut out = BTreeMap::new();
         for b in batches {
             for (i, id) in b.sample_ids.iter().enumerate() {
-                out.insert(
-                    *id,
-                    b.images[i * 12 * 12 * 3..(i + 1) * 12 * 12 * 3].to_vec(),
-                );
+                out.insert(*id, b.data[i * 12 * 12 * 3..(i + 1) * 12 * 12 * 3].to_vec());
             }
         }
         out
@@ -318,7 +318,7 @@ fn golden_output_on_a_fixture_image() {
     let engine = files_engine("image-folder", dir.path(), 1, stages, 1);
     let batch = shard(&engine, 0, &[0], 1).remove(0);
     let hex: String = batch
-        .images
+        .data
         .chunks(18)
         .map(|row| row.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
         .collect();

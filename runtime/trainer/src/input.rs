@@ -55,7 +55,7 @@ impl Check {
         self.validate(&batch)?;
         let [h, w, c] = batch.shape.map(i64::from);
         let n = batch.len() as i64;
-        let mut images = Tensor::f_from_slice(&batch.images)?.f_view([n, h, w, c])?;
+        let mut images = Tensor::f_from_slice(&batch.data)?.f_view([n, h, w, c])?;
         let mut labels = Tensor::f_from_slice(&batch.labels)?;
         if self.pin {
             images = images.f_pin_memory(Device::Cuda(0))?;
@@ -88,10 +88,10 @@ impl Check {
             return Err(malformed("the batch holds no sample".to_owned()));
         }
         let pixels = batch.shape.iter().map(|&d| d as usize).product::<usize>();
-        if Some(batch.images.len()) != n.checked_mul(pixels) {
+        if Some(batch.data.len()) != n.checked_mul(pixels) {
             return Err(malformed(format!(
                 "{} pixel bytes for {n} samples of {:?} (want {})",
-                batch.images.len(),
+                batch.data.len(),
                 batch.shape,
                 n.saturating_mul(pixels)
             )));
@@ -279,8 +279,10 @@ mod tests {
             index: 2,
             sample_ids: (0..n as u64).collect(),
             labels: vec![0; n],
-            images: vec![0; n * pixels].into(),
+            data: vec![0; n * pixels].into(),
             shape,
+            tensors: Vec::new(),
+            structure: String::new(),
         }
     }
 
@@ -301,7 +303,7 @@ mod tests {
             })
         ));
         let mut short = batch([4, 4, 1], 2);
-        short.images.truncate(short.images.len() - 1);
+        short.data.truncate(short.data.len() - 1);
         assert!(matches!(
             CHECK.validate(&short),
             Err(TrainError::Malformed { .. })

@@ -25,4 +25,7 @@ pub enum Example {
     /// Your own PyTorch DDP script (train.py) on 2 GPU hosts fed by 2 CPU hosts, digits data
     /// included; runs locally
     Pytorch,
+    /// The same with your own torch Dataset (data.py, torchvision augmentation) run by the 2 CPU
+    /// hosts; runs locally
+    PytorchDataset,
 }

@@ -1,5 +1,5 @@
 //! `hetgen new NAME [--example E]`: a project folder with a commented spec (and, for the
-//! `pytorch` example, its training script and the digits data).
+//! `pytorch` examples, the training script, the dataset and the digits data).
 
 use std::fs;
 use std::io::Read;
@@ -36,11 +36,18 @@ fn example(example: Example) -> (&'static str, &'static str) {
             include_str!("../../../../examples/pytorch/hetgen.toml"),
             "pytorch-digits",
         ),
+        Example::PytorchDataset => (
+            include_str!("../../../../examples/pytorch-dataset/hetgen.toml"),
+            "pytorch-dataset",
+        ),
     }
 }
 
 /// The `pytorch` example's script.
 const PYTORCH_SCRIPT: &str = include_str!("../../../../examples/pytorch/train.py");
+/// The `pytorch-dataset` example's script and its dataset.
+const DATASET_SCRIPT: &str = include_str!("../../../../examples/pytorch-dataset/train.py");
+const DATASET_MODULE: &str = include_str!("../../../../examples/pytorch-dataset/data.py");
 
 /// The digits data set: one CSV line per 8×8 image, 64 values from 0 to 16, then the label.
 const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../../datasets/digits/digits.csv.gz");
@@ -111,9 +118,17 @@ pub fn run(args: &NewArgs) -> Result<ExitCode, Failure> {
         (".gitignore".into(), "/build/\n".into()),
         (SCHEMA_PATH.into(), hetgen_spec::schema().into()),
     ];
-    if args.example == Example::Pytorch {
-        files.push(("train.py".into(), PYTORCH_SCRIPT.into()));
-        files.extend(digits());
+    match args.example {
+        Example::Pytorch => {
+            files.push(("train.py".into(), PYTORCH_SCRIPT.into()));
+            files.extend(digits());
+        }
+        Example::PytorchDataset => {
+            files.push(("train.py".into(), DATASET_SCRIPT.into()));
+            files.push(("data.py".into(), DATASET_MODULE.into()));
+            files.extend(digits());
+        }
+        _ => {}
     }
     // Stage everything in a sibling folder and rename it into place, so a failure never
     // leaves a half-made project behind.

@@ -1,13 +1,15 @@
-//! The data pipeline: its source, where the source's channel goes, and the stages in order.
+//! The data pipeline: its source, where the source's channel goes, and the stages in order (or
+//! the user's own Python dataset, which has none).
 
 use crate::check::Ctx;
-use crate::model::{Channel, Group, Pipeline, Role, S3Distribution, Source, TrainerCpus};
+use crate::model::{Channel, Group, Pipeline, Role, S3Distribution, Source, Stage, TrainerCpus};
 use crate::path;
-use crate::raw::{RawSource, RawSpec};
+use crate::raw::{RawPipeline, RawSource, RawSpec};
 use crate::rules::cluster::ticked;
 use crate::rules::int_in;
 use crate::suggest::did_you_mean;
 
+mod python;
 mod stages;
 
 use stages::Flow;
@@ -22,7 +24,7 @@ pub(super) fn pipeline(
     channels: &[Channel],
 ) -> Option<Pipeline> {
     let p = &raw.pipeline;
-    let source = source(ctx, raw, groups, channels)?;
+    let source = source(ctx, raw, groups, channels);
     let batch = int_in(
         ctx,
         "hetgen::spec::batch-size",
@@ -50,18 +52,18 @@ pub(super) fn pipeline(
     });
     let trainer_cpus = trainer_cpus(ctx, p);
 
-    let mut flow = Flow::from_source(&source);
-    let mut stages = Vec::new();
-    for (i, stage) in p.stage.iter().enumerate() {
-        if let Some(s) = flow.stage(ctx, i, stage) {
-            stages.push(s);
-        }
-    }
-    let output_shape = flow.finish(ctx, p.stage.len());
+    let (stages, output_shape) = match (&p.source, &source) {
+        (RawSource::Python { .. }, _) => (
+            python::no_stages(ctx, p).map(|()| Vec::new()),
+            Some(Pipeline::UNKNOWN_SHAPE),
+        ),
+        (_, Some(source)) => stages(ctx, p, source),
+        (_, None) => (None, None),
+    };
 
     let batch = batch? as u32;
     Some(Pipeline {
-        source,
+        source: source?,
         batch_size: batch,
         shard_size: match shard {
             Some(s) => s? as u32,
@@ -72,13 +74,34 @@ pub(super) fn pipeline(
             None => None,
         },
         trainer_cpus: trainer_cpus?,
-        stages: (stages.len() == p.stage.len()).then_some(stages)?,
+        stages: stages?,
         output_shape: output_shape?,
     })
 }
 
+/// hetgen's stages, each checked against what the samples look like when they reach it, and
+/// the shape they leave with; `None` each where any stage is wrong.
+fn stages(
+    ctx: &mut Ctx<'_>,
+    p: &RawPipeline,
+    source: &Source,
+) -> (Option<Vec<Stage>>, Option<[u32; 3]>) {
+    let mut flow = Flow::from_source(source);
+    let mut stages = Vec::new();
+    for (i, stage) in p.stage.iter().enumerate() {
+        if let Some(s) = flow.stage(ctx, i, stage) {
+            stages.push(s);
+        }
+    }
+    let output_shape = flow.finish(ctx, p.stage.len());
+    (
+        (stages.len() == p.stage.len()).then_some(stages),
+        output_shape,
+    )
+}
+
 /// `reserve_vcpus` or `trainer_threads`, not both.
-fn trainer_cpus(ctx: &mut Ctx<'_>, p: &crate::raw::RawPipeline) -> Option<TrainerCpus> {
+fn trainer_cpus(ctx: &mut Ctx<'_>, p: &RawPipeline) -> Option<TrainerCpus> {
     let reserve = p.reserve_vcpus.map(|r| {
         int_in(
             ctx,
@@ -123,18 +146,33 @@ fn source(
     channels: &[Channel],
 ) -> Option<Source> {
     let at = path!["pipeline", "source"];
+    // Explicitly none of the trainer's vCPUs preprocess beside data groups.
+    let trainer_off = raw.pipeline.trainer_threads == Some(0);
+    let mut reads = |channel: &str| source_channel(ctx, channel, groups, channels, trainer_off);
     match &raw.pipeline.source {
-        RawSource::ImageFolder { channel } | RawSource::TarShards { channel } => {
-            // Explicitly none of the trainer's vCPUs preprocess beside data groups.
-            let trainer_off = raw.pipeline.trainer_threads == Some(0);
-            source_channel(ctx, channel, groups, channels, trainer_off);
-            Some(match &raw.pipeline.source {
-                RawSource::ImageFolder { .. } => Source::ImageFolder {
-                    channel: channel.clone(),
-                },
-                _ => Source::TarShards {
-                    channel: channel.clone(),
-                },
+        RawSource::ImageFolder { channel } => {
+            reads(channel);
+            Some(Source::ImageFolder {
+                channel: channel.clone(),
+            })
+        }
+        RawSource::TarShards { channel } => {
+            reads(channel);
+            Some(Source::TarShards {
+                channel: channel.clone(),
+            })
+        }
+        RawSource::Python {
+            dataset,
+            collate,
+            channel,
+        } => {
+            reads(channel);
+            let (dataset, collate) = python::functions(ctx, raw, dataset, collate.as_deref())?;
+            Some(Source::Python {
+                dataset,
+                collate,
+                channel: channel.clone(),
             })
         }
         RawSource::Synthetic {

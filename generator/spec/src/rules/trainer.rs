@@ -12,6 +12,8 @@ use crate::rules::{float_in, int_in};
 
 mod script;
 
+pub(super) use script::{path_problem, source_dir};
+
 pub(super) fn trainer(
     ctx: &mut Ctx<'_>,
     raw: &RawSpec,
@@ -129,8 +131,10 @@ fn builtin(
     let at = path!["trainer"];
     let length = length(ctx, t);
     let num_classes = num_classes(ctx, t, pipeline);
-    if let Some(p) = pipeline {
-        model_input(ctx, model, p.output_shape);
+    // A Python source's samples are known only when its dataset runs (and it needs a script
+    // anyway: the pipeline's rules say so).
+    if let Some(shape) = pipeline.and_then(Pipeline::known_output_shape) {
+        model_input(ctx, model, shape);
     }
 
     let optimizer = optimizer(ctx, raw);

@@ -92,6 +92,18 @@ pub(super) async fn connect_all(
 
 fn check_schema(server: &Server, shape: [u32; 3]) -> Result<(), ClientError> {
     let images = server.info.tensors.iter().find(|t| t.name == "images");
+    if shape == [0, 0, 0] {
+        // The job's source is a Python dataset: its servers announce no image shape.
+        return match images {
+            None => Ok(()),
+            Some(_) => Err(ClientError::Mismatch {
+                host: server.host.clone(),
+                message: "serves built-in images, but the job's source is a Python dataset: \
+                          the hosts run different jobs"
+                    .into(),
+            }),
+        };
+    }
     match images {
         Some(t) if t.dtype == DType::DtypeUint8 as i32 && t.shape == shape => Ok(()),
         Some(t) => Err(ClientError::Mismatch {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::{Batch, Engine, ShardWork};
+use hetgen_pipeline::{Batch, Batches, ShardWork};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -101,8 +101,9 @@ impl ShardTask {
     /// failed (not fatally: another server may send it right).
     fn check(&self, index: u32, message: crate::proto::Batch) -> Result<Batch, (String, bool)> {
         let bs = self.batch_size as usize;
-        let shape = &self.client.info.tensors[0].shape;
-        let sample_bytes: usize = shape.iter().map(|d| *d as usize).product();
+        // A server of built-in images announced their shape; a Python dataset's batches
+        // describe their own tensors.
+        let shape = self.client.info.tensors.first().map(|t| t.shape.clone());
         let start = (index as usize * bs).min(self.ids.len());
         let expected = &self.ids[start..(start + bs).min(self.ids.len())];
         let wrong = |what: &str| {
@@ -117,24 +118,46 @@ impl ShardTask {
         {
             return wrong("the wrong samples");
         }
-        if message.labels.len() != expected.len()
-            || message.images.len() != expected.len() * sample_bytes
-        {
-            return wrong("a wrong payload size");
-        }
-        if batch_checksum(&message.images, &message.sample_ids, &message.labels) != message.checksum
-        {
-            return wrong("a bad checksum");
-        }
-        Ok(Batch {
+        let (shape, tensors) = match shape.as_deref() {
+            Some(&[h, w, c]) => {
+                let sample_bytes = [h, w, c].iter().map(|d| *d as usize).product::<usize>();
+                if message.labels.len() != expected.len()
+                    || message.data.len() != expected.len() * sample_bytes
+                    || !message.tensors.is_empty()
+                {
+                    return wrong("a wrong payload size");
+                }
+                ([h, w, c], Vec::new())
+            }
+            _ => {
+                let tensors = match crate::wire::tensors_from_wire(message.tensors) {
+                    Ok(t) => t,
+                    Err(why) => return wrong(&why),
+                };
+                if !message.labels.is_empty() || tensors.is_empty() {
+                    return wrong("a payload that is not a dataset's tensors");
+                }
+                if let Err(why) = hetgen_pipeline::Tensor::check_all(&tensors, message.data.len()) {
+                    return wrong(&why);
+                }
+                ([0, 0, 0], tensors)
+            }
+        };
+        let batch = Batch {
             epoch: self.epoch,
             shard: self.shard_id,
             index,
             sample_ids: message.sample_ids,
             labels: message.labels,
-            images: message.images,
-            shape: [shape[0], shape[1], shape[2]],
-        })
+            data: message.data,
+            shape,
+            tensors,
+            structure: message.structure,
+        };
+        if batch_checksum(&batch) != message.checksum {
+            return wrong("a bad checksum");
+        }
+        Ok(batch)
     }
 }
 
@@ -142,7 +165,7 @@ impl ShardTask {
 pub(super) struct LocalShard {
     pub(super) server: usize,
     pub(super) shard: usize,
-    pub(super) engine: Arc<Engine>,
+    pub(super) engine: Arc<dyn Batches>,
     pub(super) epoch: u32,
     pub(super) shard_id: u32,
     pub(super) ids: Arc<Vec<u64>>,
@@ -306,7 +329,12 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let live = listener.local_addr().unwrap();
         let job = hetgen_fixtures::spec("data-test").job();
-        let engine = Engine::new(&job, &StageRegistry::builtin(), &BTreeMap::new(), Some(1));
+        let engine = hetgen_pipeline::Engine::new(
+            &job,
+            &StageRegistry::builtin(),
+            &BTreeMap::new(),
+            Some(1),
+        );
         let engine = Arc::new(engine.unwrap());
         let config = ServerConfig::new("algo-2".into(), TOKEN.into(), &*engine);
         tokio::spawn(serve(engine, config, listener, std::future::pending()));

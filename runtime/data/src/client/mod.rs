@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hetgen_env::InputReport;
-use hetgen_pipeline::{Batch, BatchStream, BoxError, Engine, InputConfig, Position};
+use hetgen_pipeline::{Batch, BatchStream, Batches, BoxError, InputConfig, Position};
 use tonic::codegen::InterceptedService;
 use tonic::transport::Channel;
 
@@ -129,7 +129,7 @@ pub struct Server {
 pub struct Client {
     runtime: Arc<tokio::runtime::Runtime>,
     servers: Vec<Server>,
-    local: Option<Arc<Engine>>,
+    local: Option<Arc<dyn Batches>>,
     config: ClientConfig,
     counts: Arc<SourceCounts>,
 }
@@ -214,8 +214,8 @@ impl Client {
     /// shards beside the servers, by the same credits, so each side gets work in proportion to
     /// its speed. It must be the job's pipeline over the same samples: the batches are the
     /// same whichever side makes them. Its threads run at a lower priority than the caller's
-    /// ([`Engine::run_in_background`]).
-    pub fn with_local(mut self, engine: Arc<Engine>) -> Result<Client, ClientError> {
+    /// ([`Batches::run_in_background`]).
+    pub fn with_local(mut self, engine: Arc<dyn Batches>) -> Result<Client, ClientError> {
         if engine.samples_per_epoch() != self.samples_per_epoch() {
             return Err(ClientError::Local(format!(
                 "this host's source has {} samples per epoch, the data servers' {}",

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::{Batch, Engine, EpochPlan, InputConfig, Position};
+use hetgen_pipeline::{Batch, Batches, EpochPlan, InputConfig, Position};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +61,7 @@ pub(super) enum Source {
     /// A data server (boxed: a handful per client, cloned once per shard).
     Remote(Box<Server>),
     /// The pipeline on this host (hybrid input).
-    Local(Arc<Engine>),
+    Local(Arc<dyn Batches>),
 }
 
 impl Source {

@@ -1,6 +1,7 @@
 //! The data role: serve `hetgen.data.v1.DataService` from this instance's pipeline engine.
 //!
-//! Every shard request runs on the shared [`Engine`] pool in a blocking task and streams its
+//! Every shard request runs on the job's [`Batches`] (the pipeline engine, or a Python dataset's
+//! workers) in a blocking task and streams its
 //! batches through a two-batch channel, so a trainer that stops reading stops the pipeline
 //! (gRPC flow control does the rest) instead of filling memory. The server stops, and
 //! [`serve`] returns why, on the trainer's Shutdown, on the caller's stop signal (SIGTERM), or
@@ -50,7 +51,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::{Engine, PipelineError, ShardWork};
+pub use hetgen_pipeline::Batches;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -78,48 +79,6 @@ pub const MAX_TRAINER_ID: usize = 256;
 pub const MAX_TRAINERS: usize = 1024;
 /// The largest rank a trainer id may name (a job of 65 536 processes).
 pub const MAX_RANK: u32 = 65_535;
-
-/// What a data server serves: a shard's samples as batches. Every job serves its pipeline
-/// [`Engine`]; the loopback benchmark serves prepared batches, to time the service alone.
-pub trait Batches: Send + Sync + 'static {
-    /// Per-sample `[height, width, channels]` of the `u8` images.
-    fn output_shape(&self) -> [u32; 3];
-    /// Samples per epoch of the source.
-    fn samples_per_epoch(&self) -> u64;
-    /// Cores that make the batches.
-    fn threads(&self) -> usize;
-    /// Cores busy right now.
-    fn busy_threads(&self) -> usize;
-    /// Turn the work's `ids` into batches of its `batch_size` in order, calling `emit` with
-    /// each; stop early when it returns `false`.
-    fn run_shard(
-        &self,
-        work: ShardWork<'_>,
-        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
-    ) -> Result<(), PipelineError>;
-}
-
-impl Batches for Engine {
-    fn output_shape(&self) -> [u32; 3] {
-        Engine::output_shape(self)
-    }
-    fn samples_per_epoch(&self) -> u64 {
-        Engine::samples_per_epoch(self)
-    }
-    fn threads(&self) -> usize {
-        Engine::threads(self)
-    }
-    fn busy_threads(&self) -> usize {
-        Engine::busy_threads(self)
-    }
-    fn run_shard(
-        &self,
-        work: ShardWork<'_>,
-        emit: &mut dyn FnMut(hetgen_pipeline::Batch) -> bool,
-    ) -> Result<(), PipelineError> {
-        Engine::run_shard(self, work, emit)
-    }
-}
 
 /// How a data server is set up.
 #[derive(Debug, Clone)]

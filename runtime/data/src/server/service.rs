@@ -68,12 +68,11 @@ impl DataService for Service {
             tracing::info!(trainer = %LogId(&request.trainer_id), suppressed, "trainer connected");
         }
         let [h, w, c] = self.0.engine.output_shape();
-        Ok(Response::new(HandshakeResponse {
-            protocol_version: PROTOCOL_VERSION,
-            server_id: self.0.config.server_id.clone(),
-            cores: self.0.engine.threads() as u32,
-            max_inflight_shards: self.0.config.max_inflight_shards,
-            tensors: vec![
+        // A Python dataset's batches describe their own tensors.
+        let tensors = if h == 0 {
+            Vec::new()
+        } else {
+            vec![
                 TensorSpec {
                     name: "images".into(),
                     dtype: DType::DtypeUint8 as i32,
@@ -84,7 +83,14 @@ impl DataService for Service {
                     dtype: DType::DtypeInt64 as i32,
                     shape: vec![],
                 },
-            ],
+            ]
+        };
+        Ok(Response::new(HandshakeResponse {
+            protocol_version: PROTOCOL_VERSION,
+            server_id: self.0.config.server_id.clone(),
+            cores: self.0.engine.threads() as u32,
+            max_inflight_shards: self.0.config.max_inflight_shards,
+            tensors,
             samples_per_epoch: self.0.engine.samples_per_epoch(),
         }))
     }

@@ -55,12 +55,22 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
         .len()
         .div_ceil(request.batch_size as usize) as u32;
     let mut sent_batches = 0u32;
+    let mut oversize = None;
     let mut emit = |batch: hetgen_pipeline::Batch| {
         if shared.stopping() {
             return false;
         }
         let n = batch.len() as u64;
-        let checksum = batch_checksum(&batch.images, &batch.sample_ids, &batch.labels);
+        // A Python dataset's batch has no size known in advance: one over the message limit
+        // ends the shard with a reason, as the request check does for images.
+        if batch.data.len() > MAX_MESSAGE_BYTES - (1 << 20) {
+            oversize = Some(Refusal::BatchOverMessage {
+                batch_size: n as u32,
+                bytes: batch.data.len(),
+            });
+            return false;
+        }
+        let checksum = batch_checksum(&batch);
         let message = Batch {
             epoch: batch.epoch,
             shard: batch.shard,
@@ -68,8 +78,10 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
             last: batch.index + 1 == batches,
             sample_ids: batch.sample_ids,
             labels: batch.labels,
-            images: batch.images,
+            data: batch.data,
             checksum,
+            tensors: crate::wire::tensors_to_wire(&batch.tensors),
+            structure: batch.structure,
         };
         shared.queued.fetch_add(1, Ordering::Relaxed);
         let sent = tx.blocking_send(Ok(message)).is_ok();
@@ -90,6 +102,7 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
     let result = shared.engine.run_shard(work, &mut emit);
     let (epoch, shard) = (request.epoch, request.shard);
     let ended_early = match result {
+        _ if oversize.is_some() => oversize,
         Err(e) => {
             if let Some(suppressed) = shared.logs.failed.allow() {
                 tracing::error!(epoch, shard, error = %e, suppressed, "shard failed");

@@ -102,7 +102,7 @@ impl Shared {
         config: ServerConfig,
         stop: watch::Sender<Option<StopReason>>,
     ) -> Self {
-        let [h, w, c] = engine.output_shape();
+        let sample_bytes = engine.sample_bytes();
         Shared {
             engine,
             last_contact: Mutex::new(Instant::now()),
@@ -114,7 +114,7 @@ impl Shared {
             queued: AtomicU32::new(0),
             logs: Logs::default(),
             rate: Mutex::new((Instant::now(), 0)),
-            sample_bytes: (h * w * c) as usize,
+            sample_bytes,
             budget: Budget::new(config.memory_budget),
             config,
         }

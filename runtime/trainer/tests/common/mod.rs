@@ -171,12 +171,14 @@ impl BatchStream for Squares {
             shard: self.shard,
             index: self.index,
             labels: ids.iter().map(|&i| label(i)).collect(),
-            images: ids
+            data: ids
                 .iter()
                 .flat_map(|&i| image(self.seed, self.epoch, i, self.shape))
                 .collect(),
             sample_ids: ids,
             shape: self.shape,
+            tensors: Vec::new(),
+            structure: String::new(),
         };
         self.position
             .advance(self.epoch, self.shard, self.index, batches(self.shard));

@@ -37,7 +37,9 @@ impl Flow {
                 channels: shape[2],
                 broken: false,
             },
-            _ => Flow {
+            // Files as stored: encoded, of any size. (A Python source has no stages to flow
+            // through: `pipeline` never builds one for it.)
+            Source::ImageFolder { .. } | Source::TarShards { .. } | Source::Python { .. } => Flow {
                 encoded: true,
                 tensor: false,
                 size: None,

@@ -14,7 +14,7 @@ pub(super) fn script(
     script: &str,
     groups: &[Group],
 ) -> Option<ScriptTrainer> {
-    let source_dir = t.source_dir.clone().unwrap_or_else(|| ".".to_owned());
+    let source_dir = source_dir(t).to_owned();
     let mut ok = script_files(ctx, t, script, &source_dir);
     let processes_per_host = processes_per_host(ctx, t, groups);
     let base_image = t
@@ -46,6 +46,12 @@ pub(super) fn script(
         base_image,
         deterministic: t.deterministic.unwrap_or(false),
     })
+}
+
+/// The folder shipped with the script (its `source_dir`), relative to the spec's folder: the
+/// spec's folder itself unless set.
+pub(in crate::rules) fn source_dir(t: &RawTrainer) -> &str {
+    t.source_dir.as_deref().unwrap_or(".")
 }
 
 /// The script, its `source_dir` and `requirements`: relative paths and, when the spec is a
@@ -148,17 +154,7 @@ fn processes_per_host(ctx: &mut Ctx<'_>, t: &RawTrainer, groups: &[Group]) -> Op
 /// Checks a path the spec gives relative to a folder: relative, `/`-separated, and (unless
 /// `may_leave`) inside that folder.
 fn relative_path(ctx: &mut Ctx<'_>, at: &KeyPath, path: &str, may_leave: bool) -> bool {
-    let problem = if path.is_empty() {
-        Some("an empty path")
-    } else if path.starts_with('/') {
-        Some("an absolute path, which works on one machine only")
-    } else if path.contains('\\') {
-        Some("a path with `\\`")
-    } else if !may_leave && path.split('/').any(|part| part == "..") {
-        Some("a path that leaves its folder")
-    } else {
-        None
-    };
+    let problem = path_problem(path, may_leave);
     if let Some(problem) = problem {
         ctx.error(
             "hetgen::spec::script-path",
@@ -169,4 +165,20 @@ fn relative_path(ctx: &mut Ctx<'_>, at: &KeyPath, path: &str, may_leave: bool) -
         );
     }
     problem.is_none()
+}
+
+/// What is wrong with a path the spec gives relative to a folder, as "`path` is …" ends: not
+/// relative, not `/`-separated, or (unless `may_leave`) leaving that folder.
+pub(in crate::rules) fn path_problem(path: &str, may_leave: bool) -> Option<&'static str> {
+    if path.is_empty() {
+        Some("an empty path")
+    } else if path.starts_with('/') {
+        Some("an absolute path, which works on one machine only")
+    } else if path.contains('\\') {
+        Some("a path with `\\`")
+    } else if !may_leave && path.split('/').any(|part| part == "..") {
+        Some("a path that leaves its folder")
+    } else {
+        None
+    }
 }

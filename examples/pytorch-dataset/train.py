@@ -1,0 +1,111 @@
+"""A small CNN on the digits data, trained with DistributedDataParallel, its Dataset
+(data.py) run by hetgen's data hosts.
+
+hetgen runs this script under torchrun on every host of the trainer group
+(`hetgen render && hetgen deploy --local` here, `hetgen deploy` on SageMaker). The lines marked
+`# hetgen` are the only ones that differ from the same script with a DataLoader over
+data.make_train_set (shown beside them): the sampler and the worker processes move to the data
+hosts, which build the same Dataset and stream its batches to every rank.
+
+At the end rank 0 scores the held-out images of the `test` channel (a plain DataLoader over
+the same Dataset, without augmentation) and writes the model and its accuracy to the model
+folder.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+import data
+import hetgen  # hetgen
+import hetgen.torch  # hetgen
+
+BASE = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
+MODEL_DIR = os.environ.get("SM_MODEL_DIR", os.path.join(BASE, "model"))
+
+
+class Net(nn.Module):
+    """Two 3×3 convolutions and a linear layer: enough for 8×8 digits."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = nn.Linear(32 * 2 * 2, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def evaluate(model, device):
+    """Accuracy on the `test` channel's images, with a plain DataLoader on this process."""
+    loader = DataLoader(data.make_test_set(os.environ["SM_CHANNEL_TEST"]), batch_size=128)
+    correct = total = 0
+    model.eval()
+    with torch.no_grad():
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            correct += (model(images).argmax(1) == labels).sum().item()
+            total += len(labels)
+    return correct / total
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    args = parser.parse_args()
+
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    model = DistributedDataParallel(Net().to(device), device_ids=[local_rank] if cuda else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    # dataset = data.make_train_set(os.environ["SM_CHANNEL_TRAINING"], {})
+    # sampler = DistributedSampler(dataset)
+    # loader = DataLoader(dataset, batch_size=32, sampler=sampler, num_workers=4)
+    loader = hetgen.Loader()  # hetgen: the data hosts' Dataset, this rank's share of it
+
+    for epoch in range(args.epochs):
+        # sampler.set_epoch(epoch)  (hetgen draws each epoch's order from the job's seed)
+        model.train()
+        for batch in loader:
+            images, labels = hetgen.torch.to_device(batch, device)  # hetgen (was: .to(device))
+            loss = F.cross_entropy(model(images), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if rank == 0:
+            print(f"epoch {epoch}: loss {loss.item():.4f}", flush=True)
+
+    if rank == 0:
+        os.makedirs(MODEL_DIR, exist_ok=True)
+        torch.save(model.module.state_dict(), os.path.join(MODEL_DIR, "model.pt"))
+        if "SM_CHANNEL_TEST" in os.environ:
+            accuracy = evaluate(model.module, device)
+            print(f"held-out accuracy: {accuracy:.4f}", flush=True)
+            with open(os.path.join(MODEL_DIR, "metrics.json"), "w") as f:
+                json.dump({"accuracy": accuracy, "epochs": args.epochs, "ranks": world}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
