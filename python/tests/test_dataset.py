@@ -250,3 +250,27 @@ def test_a_module_that_does_not_import_fails_the_data_host_at_start(dataset_clus
     failure = (cluster.root / host / "output" / "failure").read_text()
     assert "broken.py:make" in failure, failure
     assert "ModuleNotFoundError: No module named 'not_a_module_anyone_has'" in failure, failure
+
+
+def test_hybrid_input_runs_the_same_dataset_on_this_host_identically(dataset_cluster, monkeypatch):
+    cluster = dataset_cluster()
+    use(monkeypatch, cluster)
+
+    def stream(**options):
+        # Not `with`: leaving it would tell the servers training is over.
+        loader = hetgen.Loader(epochs=1, audit=False, **options)
+        return loader, [b"".join(raw(a) for _, a in sorted(flat(b).items())) for b in loader]
+
+    remote_loader, remote = stream(threads=0)
+    hybrid_loader, hybrid = stream(threads=1, channels={"training": cluster.data_folder})
+    # Deterministic order: the same batches, byte for byte, whichever side made each.
+    assert hybrid == remote
+    assert hybrid_loader.batches_by_source["local"] > 0, hybrid_loader.batches_by_source
+
+
+def flat(node, path=""):
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in flat(value, f"{path}.{key}").items()}
+    if isinstance(node, (tuple, list)):
+        return {k: v for i, value in enumerate(node) for k, v in flat(value, f"{path}.{i}").items()}
+    return {path: node}
