@@ -29,16 +29,19 @@ impl BatchMemory {
     }
 }
 
-/// The first two items of a batch handed to Python: `(images, labels)`, `uint8` `[n, h, w, c]`
-/// and `int64` `[n]` for built-in images; `((memory, tensors), structure)` for a Python
-/// dataset's batch, where `memory` is a `uint8` array of the batch's bytes, `tensors` a list
-/// of `(name, dtype, shape, offset)` and `structure` the JSON of how they nest (the Python side
-/// views and nests them; see `hetgen/_loader.py`).
-pub fn to_python<'py>(py: Python<'py>, batch: Batch) -> PyResult<[Bound<'py, PyAny>; 2]> {
+/// A batch handed to Python as three items: `(images, labels, sample_ids)`, `uint8`
+/// `[n, h, w, c]`, `int64` `[n]` and `uint64` `[n]` for built-in images;
+/// `((memory, tensors), structure, sample_ids)` for a Python dataset's batch, where `memory` is
+/// a `uint8` array of the batch's bytes, `tensors` a list of `(name, dtype, shape, offset)` and
+/// `structure` the JSON of how they nest (the Python side views and nests them; see
+/// `hetgen/_loader.py`).
+pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<[Bound<'py, PyAny>; 3]> {
     if batch.tensors.is_empty() {
-        let (images, labels) = images(py, batch)?;
-        return Ok([images.into_any(), labels.into_any()]);
+        let (images, labels) = images(py, &mut batch)?;
+        let ids = PyArray1::from_vec(py, batch.sample_ids);
+        return Ok([images.into_any(), labels.into_any(), ids.into_any()]);
     }
+    let ids = PyArray1::from_vec(py, std::mem::take(&mut batch.sample_ids)).into_any();
     // torch's kernels expect elements at addresses aligned to their size; numpy views do not
     // care. A gRPC receive buffer puts the batch wherever the message happened to land, so a
     // batch whose tensors would be misaligned is moved once to an aligned buffer.
@@ -73,6 +76,7 @@ pub fn to_python<'py>(py: Python<'py>, batch: Batch) -> PyResult<[Bound<'py, PyA
     Ok([
         described.into_any(),
         batch.structure.into_pyobject(py)?.into_any(),
+        ids,
     ])
 }
 
@@ -99,11 +103,12 @@ fn aligned_copy(data: &[u8], align: usize) -> Bytes {
 /// `(images, labels)`: `uint8` `[n, h, w, c]`, `int64` `[n]`.
 type Images<'py> = (Bound<'py, PyArray4<u8>>, Bound<'py, PyArray1<i64>>);
 
-/// A built-in image batch as numpy arrays over its own memory.
-fn images<'py>(py: Python<'py>, batch: Batch) -> PyResult<Images<'py>> {
+/// A built-in image batch's images and labels as numpy arrays over their own memory.
+fn images<'py>(py: Python<'py>, batch: &mut Batch) -> PyResult<Images<'py>> {
     let [h, w, c] = batch.shape.map(|d| d as usize);
     let n = batch.sample_ids.len();
-    let memory = Bound::new(py, BatchMemory { data: batch.data })?;
+    let data = std::mem::take(&mut batch.data);
+    let memory = Bound::new(py, BatchMemory { data })?;
     let images = &memory.get().data;
     let view = ArrayView4::from_shape((n, h, w, c), &images[..]).map_err(|e| {
         crate::errors::DataError::new_err(format!(
@@ -119,6 +124,6 @@ fn images<'py>(py: Python<'py>, batch: Batch) -> PyResult<Images<'py>> {
     // start; neither the scheduler nor the engine keeps a clone), and no Rust reference to the
     // range is used after this call.
     let array = unsafe { PyArray4::borrow_from_array(&view, memory.clone().into_any()) };
-    let labels = PyArray1::from_vec(py, batch.labels);
+    let labels = PyArray1::from_vec(py, std::mem::take(&mut batch.labels));
     Ok((array, labels))
 }

@@ -288,7 +288,7 @@ impl NativeLoader {
         };
         let item = wait::recv(py, &rx)?;
         let mut state = self.lock();
-        let (mut batch, position) = match item {
+        let (batch, position) = match item {
             Some(Ok(item)) => item,
             Some(Err(e)) => {
                 state.ended = true;
@@ -309,12 +309,11 @@ impl NativeLoader {
         state.position = position;
         drop(state);
         let (epoch, shard, index) = (batch.epoch, batch.shard, batch.index);
-        let ids = numpy::PyArray1::from_vec(py, std::mem::take(&mut batch.sample_ids));
-        let [first, second] = crate::batch::to_python(py, batch)?;
+        let [first, second, ids] = crate::batch::to_python(py, batch)?;
         let items: [Bound<'py, PyAny>; 6] = [
             first,
             second,
-            ids.into_any(),
+            ids,
             epoch.into_pyobject(py)?.into_any(),
             shard.into_pyobject(py)?.into_any(),
             index.into_pyobject(py)?.into_any(),

@@ -274,3 +274,15 @@ def flat(node, path=""):
     if isinstance(node, (tuple, list)):
         return {k: v for i, value in enumerate(node) for k, v in flat(value, f"{path}.{i}").items()}
     return {path: node}
+
+
+def test_a_batch_over_the_message_limit_fails_naming_the_limit(dataset_cluster, monkeypatch):
+    cluster = dataset_cluster(dataset="big.py:make", data_hosts=1)
+    use(monkeypatch, cluster)
+    with pytest.raises(hetgen.HetgenError) as failed:
+        with hetgen.Loader(epochs=1) as loader:
+            for _ in loader:
+                pass
+    message = str(failed.value)
+    assert "8 samples is 335544320 bytes" in message, message
+    assert "256 MiB gRPC message limit" in message and "batch_size" in message, message

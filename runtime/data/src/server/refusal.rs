@@ -78,7 +78,8 @@ pub(crate) enum Refusal {
     #[error("batch size {0} is outside 1..={MAX_BATCH_SIZE}")]
     BatchSize(u32),
     #[error(
-        "a batch of {batch_size} samples is {bytes} bytes, over the {MAX_MESSAGE_BYTES}-byte message limit; use smaller batches"
+        "a batch of {batch_size} samples is {bytes} bytes, over the {} MiB gRPC message limit; lower `batch_size`",
+        MAX_MESSAGE_BYTES >> 20
     )]
     BatchOverMessage { batch_size: u32, bytes: usize },
     #[error(
