@@ -8,15 +8,15 @@ batch's bytes after a small header with no protobuf encoding (grpcio's generic h
 identity serializers, cheaper than the sample's protobuf message), message limits raised so a
 batch fits, and the server's DataLoader uses persistent workers.
 
-    python bench/aws_reference.py serve PORT FOLDER WORKERS
-    python bench/aws_reference.py stream PORT SECONDS     # prints `rate SAMPLES_PER_S`
+    python bench/aws_reference.py PORT FOLDER WORKERS     # the data instance's server
+
+`batches(port)` is the trainer's side (bench/data_host.py measures it).
 """
 
 import queue
 import struct
 import sys
 import threading
-import time
 from concurrent import futures
 from pathlib import Path
 
@@ -88,20 +88,5 @@ def batches(port):
         yield torch.from_numpy(images), torch.from_numpy(labels)
 
 
-def stream(port, seconds):
-    source = batches(port)
-    for _ in range(4):
-        next(source)
-    samples, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        images, labels = next(source)
-        images[0, 0, 0, 0]
-        samples += len(labels)
-    print(f"rate {samples / (time.perf_counter() - start):.1f}", flush=True)
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "serve":
-        serve(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
-    else:
-        stream(int(sys.argv[2]), float(sys.argv[3]))
+    serve(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]))

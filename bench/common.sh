@@ -20,3 +20,20 @@ median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 
 
 # A / B, to two decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+# Prints a ten-class image folder of the pipeline bench's 64 JPEGs (500×375, q90) ten times over
+# (640 files, links), made afresh under the build folder.
+jpeg_folder() {
+  local fixtures="$CARGO_TARGET_DIR/bench-fixtures" folder="$CARGO_TARGET_DIR/bench-folder" n=0
+  cargo build -q --release -p hetgen-pipeline --example pipeline_bench >&2
+  "$CARGO_TARGET_DIR/release/examples/pipeline_bench" "$fixtures" 0.1 pipeline >/dev/null
+  rm -rf "$folder"
+  for copy in $(seq 0 9); do
+    for f in "$fixtures"/*.jpg; do
+      mkdir -p "$folder/c$((n % 10))"
+      ln -s "$f" "$folder/c$((n % 10))/$copy-$(basename "$f")"
+      n=$((n + 1))
+    done
+  done
+  echo "$folder"
+}

@@ -60,7 +60,7 @@ def aws_server(folder, workers):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, str(BENCH / "aws_reference.py"), "serve", str(port), folder, str(workers)],
+        [sys.executable, str(BENCH / "aws_reference.py"), str(port), folder, str(workers)],
         stdout=subprocess.DEVNULL,
     )
     return server, port

@@ -1,20 +1,30 @@
-"""Images/s into a Python training loop that only touches each batch: `hetgen.Loader` (local
-mode, the engine on Rust threads) or `torch.utils.data.DataLoader` with torchvision transforms
-(`num_workers` = the cores), on the same JPEG folder and the same CPU set.
+"""Images/s into a Python training loop that only touches each batch, on the same JPEG folder
+and the same CPU set, from one of:
 
-    python bench/python_loader.py hetgen|dataloader FOLDER CORES SECONDS
+- `hetgen`: `hetgen.Loader` (local mode), hetgen's own pipeline on Rust threads;
+- `dataloader`: `torch.utils.data.DataLoader` over torchvision's `ImageFolder` with v2
+  transforms, `num_workers` = the cores;
+- `workers`: a user's own torch Dataset (bench/folder_dataset.py) through `hetgen.Loader`
+  (local mode): hetgen's Python workers, one per core, the processes a data host runs;
+- `dataset-dataloader`: the same Dataset in a DataLoader with as many workers.
 
-Prints `rate IMAGES_PER_S`. bench/python_loader.sh alternates the two and takes the ratio.
+    python bench/python_loader.py MODE FOLDER CORES SECONDS
+
+Prints `rate IMAGES_PER_S`. bench/python_loader.sh alternates two modes and takes the ratio.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-# The fixture specs the tests share (tests/fixtures): the job is `loader-bench`.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
+BENCH = Path(__file__).resolve().parent
+# The fixture specs the tests share (tests/fixtures): the jobs are `loader-bench` and
+# `py-dataset`.
+sys.path.insert(0, str(BENCH.parent / "tests" / "fixtures"))
+sys.path.insert(0, str(BENCH))
 import hetgen_fixtures  # noqa: E402
 
 
@@ -58,11 +68,48 @@ def dataloader_batches(folder, cores):
         yield from loader
 
 
+def workers_batches(folder, cores):
+    import hetgen
+
+    spec = hetgen_fixtures.load("py-dataset")
+    spec["pipeline"]["source"]["dataset"] = "folder_dataset.py:make"
+    spec["pipeline"]["batch_size"] = BATCH
+    spec["pipeline"]["shard_size"] = BATCH * 4
+    spec["trainer"]["deterministic"] = False
+    code = tempfile.mkdtemp()
+    shutil.copy(BENCH / "folder_dataset.py", code)
+    os.environ["HETGEN_CODE_DIR"] = code
+    path = hetgen_fixtures.write(Path(code) / "hetgen.toml", spec)
+    loader = hetgen.Loader(str(path), mode="local", threads=cores, channels={"training": folder})
+    while True:
+        yield from loader
+
+
+def dataset_dataloader_batches(folder, cores):
+    import torch
+    from folder_dataset import Folder
+
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(
+        Folder(folder), batch_size=BATCH, shuffle=True, num_workers=cores, persistent_workers=True
+    )
+    while True:
+        yield from loader
+
+
+MODES = {
+    "hetgen": hetgen_batches,
+    "dataloader": dataloader_batches,
+    "workers": workers_batches,
+    "dataset-dataloader": dataset_dataloader_batches,
+}
+
+
 def main():
     which, folder, cores, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     # Both loaders (and their workers, which inherit it) run on the same CPUs.
     os.sched_setaffinity(0, set(range(cores)))
-    batches = {"hetgen": hetgen_batches, "dataloader": dataloader_batches}[which](folder, cores)
+    batches = MODES[which](folder, cores)
     for _ in range(WARMUP):
         next(batches)
     images, start = 0, time.perf_counter()

@@ -85,6 +85,15 @@ def samples_of(batch) -> dict[int, dict]:
     return out
 
 
+def epoch_failure() -> str:
+    """Read an epoch through the job's loader, which must fail: its message."""
+    with pytest.raises(hetgen.HetgenError) as failed:
+        with hetgen.Loader(epochs=1) as loader:
+            for _ in loader:
+                pass
+    return str(failed.value)
+
+
 def raw(value) -> bytes:
     return np.ascontiguousarray(value).tobytes()
 
@@ -200,11 +209,7 @@ def test_the_datasets_exception_fails_the_loader_naming_the_sample_host_and_trac
     (cluster.data_folder / "raise-57").touch()
     use(monkeypatch, cluster)
     started = time.monotonic()
-    with pytest.raises(hetgen.HetgenError) as failed:
-        with hetgen.Loader(epochs=1) as loader:
-            for _ in loader:
-                pass
-    message = str(failed.value)
+    message = epoch_failure()
     assert time.monotonic() - started < 30
     assert "sample 57" in message, message
     assert "algo-" in message, message
@@ -234,11 +239,7 @@ def test_a_batch_that_kills_every_worker_fails_the_job_with_the_reason(dataset_c
     cluster = dataset_cluster(data_hosts=1)
     (cluster.data_folder / "always-33").touch()
     use(monkeypatch, cluster)
-    with pytest.raises(hetgen.HetgenError) as failed:
-        with hetgen.Loader(epochs=1) as loader:
-            for _ in loader:
-                pass
-    message = str(failed.value)
+    message = epoch_failure()
     assert "died 3 times" in message and "SIGKILL" in message, message
 
 
@@ -279,10 +280,6 @@ def flat(node, path=""):
 def test_a_batch_over_the_message_limit_fails_naming_the_limit(dataset_cluster, monkeypatch):
     cluster = dataset_cluster(dataset="big.py:make", data_hosts=1)
     use(monkeypatch, cluster)
-    with pytest.raises(hetgen.HetgenError) as failed:
-        with hetgen.Loader(epochs=1) as loader:
-            for _ in loader:
-                pass
-    message = str(failed.value)
+    message = epoch_failure()
     assert "8 samples is 335544320 bytes" in message, message
     assert "256 MiB gRPC message limit" in message and "batch_size" in message, message

@@ -46,6 +46,21 @@ def job_record(root: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def assert_learned_once_per_epoch(root: Path, audit_file: Path) -> None:
+    """The example job's model learned the digits on both ranks, which together yielded every
+    training sample of every epoch exactly once, and nothing of the job is left running."""
+    # Rank 0's host wrote it; the job folder's `model` link points at the same file.
+    (metrics,) = {p.resolve() for p in root.glob("build/**/model/metrics.json")}
+    report = json.loads(metrics.read_text())
+    assert report["ranks"] == 2
+    assert report["accuracy"] >= 0.90, report
+    lines = audit(audit_file)
+    assert max(Counter(lines).values()) == 1
+    per_epoch = Counter(epoch for epoch, _ in lines)
+    assert per_epoch == {epoch: 1436 for epoch in range(report["epochs"])}
+    assert processes_of(root / "build") == []
+
+
 def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(tmp_path):
     root = project(tmp_path)
     rendered = hetgen("render", cwd=root)
@@ -69,17 +84,7 @@ def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(t
         assert "Reporting training SUCCESS" in Path(host["log"]).read_text()
     # Batches reach DDP in the parameters' layout: no gradient copied into its buckets.
     assert "Grad strides do not match" not in output
-    # Rank 0's host wrote it; the job folder's `model` link points at the same file.
-    (metrics,) = {p.resolve() for p in root.glob("build/**/model/metrics.json")}
-    report = json.loads(metrics.read_text())
-    assert report["ranks"] == 2
-    assert report["accuracy"] >= 0.90, report
-    # Both ranks together yielded every training sample of every epoch exactly once.
-    lines = audit(audit_file)
-    assert max(Counter(lines).values()) == 1
-    per_epoch = Counter(epoch for epoch, _ in lines)
-    assert per_epoch == {epoch: 1436 for epoch in range(report["epochs"])}
-    assert processes_of(root / "build") == []
+    assert_learned_once_per_epoch(root, audit_file)
 
 
 def test_the_pytorch_dataset_example_trains_on_its_own_dataset_with_a_data_host_frozen(tmp_path):
@@ -126,15 +131,7 @@ def test_the_pytorch_dataset_example_trains_on_its_own_dataset_with_a_data_host_
     assert job.returncode == 0, output
     assert "Completed" in output
     assert "Python dataset ready" in output
-    (metrics,) = {p.resolve() for p in root.glob("build/**/model/metrics.json")}
-    report = json.loads(metrics.read_text())
-    assert report["ranks"] == 2
-    assert report["accuracy"] >= 0.90, report
-    lines = audit(audit_file)
-    assert max(Counter(lines).values()) == 1
-    per_epoch = Counter(epoch for epoch, _ in lines)
-    assert per_epoch == {epoch: 1436 for epoch in range(report["epochs"])}
-    assert processes_of(root / "build") == []
+    assert_learned_once_per_epoch(root, audit_file)
 
 
 FAILING = """\
