@@ -1,6 +1,6 @@
 """Type stubs of the native module (``python/src``); the public API is ``hetgen``'s."""
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -58,12 +58,17 @@ class NativeLoader:
     normalization: list[tuple[list[float], list[float]]]
     def batches_per_epoch(self) -> int: ...
     def remaining_in_epoch(self) -> tuple[int, int]: ...
+    # Built-in images: (images, labels, sample_ids, epoch, shard, index). A Python dataset's
+    # batch: ((memory, [(name, dtype, shape, offset), ...]), structure JSON, sample_ids, ...).
     def next_batch(
         self,
     ) -> Optional[
         tuple[
-            npt.NDArray[np.uint8],
-            npt.NDArray[np.int64],
+            Union[
+                npt.NDArray[np.uint8],
+                tuple[npt.NDArray[np.uint8], list[tuple[str, str, list[int], int]]],
+            ],
+            Union[npt.NDArray[np.int64], str],
             npt.NDArray[np.uint64],
             int,
             int,
