@@ -78,6 +78,7 @@ def workers_batches(folder, cores):
     spec["trainer"]["deterministic"] = False
     code = tempfile.mkdtemp()
     shutil.copy(BENCH / "folder_dataset.py", code)
+    Path(code, "train.py").write_text("")  # the spec's script, which this loop stands for
     os.environ["HETGEN_CODE_DIR"] = code
     path = hetgen_fixtures.write(Path(code) / "hetgen.toml", spec)
     loader = hetgen.Loader(str(path), mode="local", threads=cores, channels={"training": folder})

@@ -352,4 +352,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (BrokenPipeError, ConnectionError):
+        # The pipeline is gone (its process ended or stopped this worker): nothing to tell.
+        sys.exit(0)
