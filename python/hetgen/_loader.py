@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import os
 import time
 from typing import Any, Iterator, Mapping, Sequence, Union
@@ -51,35 +53,25 @@ class Batch(tuple):
         )
 
 
-#: numpy has no bfloat16: such tensors arrive as arrays of this one-field structured dtype (the
-#: raw 16 bits), which :mod:`hetgen.torch` turns into ``torch.bfloat16`` tensors.
-BFLOAT16 = None
+@functools.cache
+def _dtype(name: str):
+    """The numpy dtype a tensor of `name` arrives as. numpy has no bfloat16: such tensors are
+    arrays of a one-field structured dtype (the raw 16 bits), which :mod:`hetgen.torch` turns
+    into ``torch.bfloat16`` tensors."""
+    import numpy as np
 
-
-def _bfloat16():
-    global BFLOAT16
-    if BFLOAT16 is None:
-        import numpy as np
-
-        BFLOAT16 = np.dtype([("bfloat16", "<i2")])
-    return BFLOAT16
+    return np.dtype([("bfloat16", "<i2")]) if name == "bfloat16" else np.dtype(name)
 
 
 def _dataset_batch(described, structure: str):
     """A Python dataset's batch in the structure its samples have: numpy views of the batch's
     one buffer (no copy), nested in tuples, lists and dicts as the JSON ``structure`` says."""
-    import numpy as np
-
     memory, tensors = described
     arrays = []
     for _name, dtype, shape, offset in tensors:
-        dt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
-        count = 1
-        for d in shape:
-            count *= d
-        arrays.append(
-            memory[offset : offset + count * dt.itemsize].view(dt).reshape(shape)
-        )
+        dt = _dtype(dtype)
+        size = math.prod(shape) * dt.itemsize
+        arrays.append(memory[offset : offset + size].view(dt).reshape(shape))
 
     def build(node):
         if isinstance(node, int):

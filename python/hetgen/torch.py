@@ -35,22 +35,14 @@ def tensors(batch, *, pin_memory: bool = False):
     torch = _torch()
     import numpy as np
 
-    def convert(node):
-        if isinstance(node, np.ndarray):
-            if node.dtype.names == ("bfloat16",):
-                tensor = torch.from_numpy(node.view(np.int16)).view(torch.bfloat16)
-            else:
-                tensor = torch.from_numpy(node)
-            return tensor.pin_memory() if pin_memory else tensor
-        if isinstance(node, tuple):
-            return tuple(convert(n) for n in node)
-        if isinstance(node, list):
-            return [convert(n) for n in node]
-        if isinstance(node, dict):
-            return {key: convert(n) for key, n in node.items()}
-        return node
+    def convert(array):
+        if array.dtype.names == ("bfloat16",):
+            tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(array)
+        return tensor.pin_memory() if pin_memory else tensor
 
-    return convert(batch)
+    return _map(batch, convert)
 
 
 def to_tensors(batch, *, pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,6 +104,7 @@ def to_device(
 
 
 def _map(node, f):
+    """`node` with `f` applied to every leaf of its tuple/list/dict structure."""
     if isinstance(node, tuple):
         return tuple(_map(n, f) for n in node)
     if isinstance(node, list):

@@ -73,16 +73,23 @@ pub const BACKGROUND_NICE: i32 = 10;
 
 /// Adds `by` to the calling thread's nice value (Linux keeps one per thread), up to 19.
 fn lower_this_thread(by: i32) -> std::io::Result<()> {
-    // SAFETY: plain system calls on this thread's own id; `getpriority` may return -1
-    // legitimately, so errno tells success from failure.
+    // SAFETY: a plain system call about the calling thread.
+    lower_priority(unsafe { libc::gettid() } as u32, by)
+}
+
+/// Adds `by` to the nice value of thread or process `id` (this process's own thread, or a
+/// child of it), up to 19.
+pub(crate) fn lower_priority(id: u32, by: i32) -> std::io::Result<()> {
+    let id = id as libc::id_t;
+    // SAFETY: plain system calls; `getpriority` may return -1 legitimately, so errno tells
+    // success from failure.
     unsafe {
-        let tid = libc::gettid() as libc::id_t;
         *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        let now = libc::getpriority(libc::PRIO_PROCESS, id);
         if now == -1 && *libc::__errno_location() != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19)) != 0 {
+        if libc::setpriority(libc::PRIO_PROCESS, id, (now + by).min(19)) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }

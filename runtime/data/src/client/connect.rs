@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hetgen_env::HostsFile;
+use hetgen_spec::model::Pipeline;
 use tonic::transport::Endpoint;
 
 use super::{ClientConfig, ClientError, Server, ServiceClient};
@@ -92,7 +93,7 @@ pub(super) async fn connect_all(
 
 fn check_schema(server: &Server, shape: [u32; 3]) -> Result<(), ClientError> {
     let images = server.info.tensors.iter().find(|t| t.name == "images");
-    if shape == [0, 0, 0] {
+    if shape == Pipeline::UNKNOWN_SHAPE {
         // The job's source is a Python dataset: its servers announce no image shape.
         return match images {
             None => Ok(()),

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hetgen_pipeline::{Batch, Batches, ShardWork};
+use hetgen_spec::model::Pipeline;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -140,7 +141,7 @@ impl ShardTask {
                 if let Err(why) = hetgen_pipeline::Tensor::check_all(&tensors, message.data.len()) {
                     return wrong(&why);
                 }
-                ([0, 0, 0], tensors)
+                (Pipeline::UNKNOWN_SHAPE, tensors)
             }
         };
         let batch = Batch {

@@ -16,15 +16,15 @@ mod process;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use hetgen_spec::model::PythonRef;
+use hetgen_spec::model::{Pipeline, PythonRef};
 use serde_json::{Value, json};
 
-use crate::engine::BACKGROUND_NICE;
+use crate::engine::{BACKGROUND_NICE, lower_priority};
 use crate::{Batch, Batches, PipelineError, ShardWork};
 use process::{Failed, Made, Process};
 
@@ -60,6 +60,8 @@ struct Job {
 struct Pool {
     command: Box<dyn Fn() -> Command + Send + Sync>,
     setup: Value,
+    /// `file.py:factory`, for errors.
+    dataset: String,
     /// Where the workers write batches (and their sockets are); removed with the pool.
     folder: tempfile::TempDir,
     busy: AtomicUsize,
@@ -75,7 +77,6 @@ pub struct Workers {
     threads: Vec<JoinHandle<()>>,
     pool: Arc<Pool>,
     sample_bytes: usize,
-    done: AtomicU64,
 }
 
 /// A new folder of its own for batch files, in `/dev/shm` when the host has it (memory, not
@@ -188,6 +189,7 @@ impl Workers {
         let pool = Arc::new(Pool {
             command: Box::new(command),
             setup: wire_setup,
+            dataset: dataset.to_string(),
             folder,
             busy: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
@@ -220,13 +222,7 @@ impl Workers {
             threads,
             pool,
             sample_bytes,
-            done: AtomicU64::new(0),
         })
-    }
-
-    /// Samples made since start.
-    pub fn samples_done(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
     }
 
     fn submit(
@@ -292,7 +288,7 @@ fn make(
                 let (started, _) =
                     Process::start((pool.command)(), pool.folder.path(), name, &pool.setup)
                         .map_err(|message| PipelineError::PythonSetup {
-                            dataset: pool.setup["dataset"]["file"].to_string(),
+                            dataset: pool.dataset.clone(),
                             message,
                         })?;
                 pool.adopt(started.pid());
@@ -355,7 +351,7 @@ impl Pool {
     /// A new worker process: nicer too when the pipeline runs in the background.
     fn adopt(&self, pid: u32) {
         if self.background.load(Ordering::Relaxed) {
-            let _ = renice(pid, BACKGROUND_NICE);
+            let _ = lower_priority(pid, BACKGROUND_NICE);
         }
         self.pids
             .lock()
@@ -364,25 +360,9 @@ impl Pool {
     }
 }
 
-/// Adds `by` to process `pid`'s nice value, up to 19.
-fn renice(pid: u32, by: i32) -> std::io::Result<()> {
-    // SAFETY: plain system calls about one of this process's children.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, pid as libc::id_t);
-        if now == -1 && *libc::__errno_location() != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, (now + by).min(19)) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 impl Batches for Workers {
     fn output_shape(&self) -> [u32; 3] {
-        [0, 0, 0]
+        Pipeline::UNKNOWN_SHAPE
     }
 
     fn sample_bytes(&self) -> usize {
@@ -430,7 +410,6 @@ impl Batches for Workers {
                 let made = next.recv().unwrap_or_else(|_| {
                     Err(PipelineError::Pool("the Python workers stopped".into()))
                 })?;
-                self.done.fetch_add(ids.len() as u64, Ordering::Relaxed);
                 let batch = Batch {
                     epoch: work.epoch,
                     shard: work.shard,
@@ -438,7 +417,7 @@ impl Batches for Workers {
                     sample_ids: ids.to_vec(),
                     labels: Vec::new(),
                     data: made.data,
-                    shape: [0, 0, 0],
+                    shape: Pipeline::UNKNOWN_SHAPE,
                     tensors: made.tensors,
                     structure: made.structure,
                 };
@@ -461,7 +440,7 @@ impl Batches for Workers {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         pids.iter()
-            .try_for_each(|pid| renice(*pid, BACKGROUND_NICE))
+            .try_for_each(|pid| lower_priority(*pid, BACKGROUND_NICE))
     }
 }
 
