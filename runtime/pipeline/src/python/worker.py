@@ -341,7 +341,14 @@ def main():
         request = message["batch"]
         try:
             made = make(dataset, collate, setup, request["epoch"], request["ids"], request["file"])
-            send(conn, {"made": made})
+            try:
+                send(conn, {"made": made})
+            except (BrokenPipeError, ConnectionError):
+                # The pipeline died (SIGKILL, the OOM killer) before it took the batch: its
+                # shared memory would outlive both processes, so it goes now.
+                if made["bytes"]:
+                    os.unlink(os.path.join(setup["shm_dir"], request["file"]))
+                raise
         except Failure as failure:
             error = {"kind": failure.kind, "message": failure.message}
             if failure.sample is not None:
