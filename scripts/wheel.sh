@@ -11,6 +11,11 @@
 # `hetgen.libs/` (with an rpath) after checking every symbol against the manylinux policy. zig
 # brings its own C headers for that glibc, so it is shown this system's libjpeg headers alone
 # (a folder of copies) and its library folder, not /usr/include as a whole.
+#
+# The wheel also carries the `hetgen` command, so that `pip install` of this one file is the
+# whole tool: cargo-zigbuild links it against glibc 2.17 as maturin links the module, without
+# the `checkout` feature (no libjpeg, no source tree: see generator/cli/Cargo.toml), and it goes
+# in the wheel's `hetgen.data/scripts/`, which pip installs into the environment's `bin`.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -36,6 +41,15 @@ printf '#include <stdio.h>\n#include <jpeglib.h>\n#include <jerror.h>\n' |
 }
 libjpeg="$(cc -print-file-name=libjpeg.so)"
 [ -f "$libjpeg" ] || { echo "wheel: libjpeg.so not found; run scripts/system-deps.sh" >&2; exit 1; }
+
+# The command, built and stripped before maturin packs the folder it lies in.
+PATH="$PATH:$tools/bin:$zig_dir" cargo zigbuild --locked "${profile[@]}" -p hetgen \
+  --no-default-features --bin hetgen --target x86_64-unknown-linux-gnu.2.17 >&2
+scripts="python/hetgen.data/scripts"
+rm -rf python/hetgen.data && mkdir -p "$scripts"
+kind=debug
+[ ${#profile[@]} -eq 0 ] || kind=release
+strip -o "$scripts/hetgen" "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/$kind/hetgen"
 
 rm -rf "${CARGO_TARGET_DIR:?}/$out"
 # maturin hard-links cargo's module into target/maturin/ and its repair rewrites that file in

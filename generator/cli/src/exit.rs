@@ -62,6 +62,7 @@ pub enum Failure {
         dir: PathBuf,
     },
     /// The pipeline could not be built or run.
+    #[cfg(feature = "checkout")]
     #[error("the pipeline of `{}` failed: {source}", spec.display())]
     #[diagnostic(code(hetgen::profile::pipeline), help("{hint}"))]
     Pipeline {
@@ -70,6 +71,16 @@ pub enum Failure {
         #[source]
         source: hetgen_pipeline::PipelineError,
     },
+    /// A command that only a build in hetgen's source tree has.
+    #[cfg(not(feature = "checkout"))]
+    #[error("{what}")]
+    #[diagnostic(
+        code("hetgen::not-in-this-build"),
+        help(
+            "clone hetgen and run `make build`; its `hetgen` (in the cargo target folder) has every command"
+        )
+    )]
+    NotInThisBuild { what: &'static str },
     /// A profile file is unreadable or lacks what was asked of it.
     #[error("profile `{}`: {why}", path.display())]
     #[diagnostic(code(hetgen::profile::file), help("{hint}"))]

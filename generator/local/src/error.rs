@@ -85,6 +85,17 @@ pub enum LocalError {
         #[source]
         source: std::io::Error,
     },
+    /// A job with hetgen's built-in trainer, run by a hetgen with no source tree (the wheel's).
+    #[error(
+        "a job with hetgen's built-in trainer runs a launcher built from hetgen's Rust source, and this hetgen (from the Python wheel) has none"
+    )]
+    #[diagnostic(
+        code("hetgen::local::no-source-tree"),
+        help(
+            "a job whose trainer is your own script on AWS's PyTorch image (no `image_uri`, as `hetgen new --example pytorch` makes) runs from the wheel alone; for the built-in trainer, clone hetgen, run `make build` and use its `hetgen`, or set `HETGEN_RUNTIME_PATH` to a checkout's `runtime/launch` (with Rust installed), or pass a built launcher with `--launcher PATH`"
+        )
+    )]
+    NoSourceTree,
     /// The hetgen runtime source the launcher builds against is missing.
     #[error("the hetgen runtime source is not at `{}`", path.display())]
     #[diagnostic(

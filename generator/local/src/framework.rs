@@ -10,16 +10,13 @@
 //! from the wheel, starts torchrun across the trainer group itself. A failure is written to
 //! `/opt/ml/output/failure` (unless the launcher wrote one first) and `train` exits 1.
 //!
-//! A local run does exactly that, with the toolkit from PyPI in the Python environment the job
-//! uses (the project's PyTorch venv, `scripts/torch-env.sh`): `SAGEMAKER_BASE_DIR` stands for
-//! `/opt/ml` and the bundle is a local file instead of an S3 object (the toolkit takes either;
-//! with `S3_ENDPOINT_URL` it also downloads from an S3 emulator). Nothing of hetgen's own set-up
-//! reaches these hosts: no `HETGEN_JOB_FILE` or `HETGEN_CODE_DIR`, which the bundle's entry
-//! point sets from where the toolkit unpacked it, as on SageMaker.
-//!
-//! [`check_environment`] runs before any host starts: every host of the run shares the one
-//! environment, so the toolkit's `pip install` of the bundle's wheel must find hetgen installed
-//! already (pip then leaves it be) rather than have every host install it at once.
+//! A local run does exactly that, with the toolkit from PyPI in a Python environment of each
+//! host's own that has PyTorch and the toolkit but no hetgen ([`crate::image`]), so the
+//! toolkit installs the bundle's wheel as it does on SageMaker. `SAGEMAKER_BASE_DIR` stands for
+//! `/opt/ml`, and the bundle is the same tarball at a local path, which the toolkit unpacks as
+//! it would the S3 object. Nothing of hetgen's own set-up reaches these hosts: no
+//! `HETGEN_JOB_FILE` or `HETGEN_CODE_DIR`, which the bundle's entry point sets from where the
+//! toolkit unpacked it, as on SageMaker.
 //!
 //! # Each host a small container
 //!
@@ -74,104 +71,6 @@ impl FrameworkRun {
         );
         hps
     }
-}
-
-/// What [`check_environment`] asks the environment's Python, without importing the toolkit
-/// (its import lays out a training tree wherever `SAGEMAKER_BASE_DIR` points): the toolkit's
-/// versions, PyTorch, and that hetgen imports (its native module included). One line per
-/// thing missing.
-const CHECK: &str = r#"
-import importlib.metadata as metadata, re
-def version(dist):
-    try:
-        return tuple(int(n) for n in re.findall(r"\d+", metadata.version(dist))[:2])
-    except metadata.PackageNotFoundError:
-        return None
-training = version("sagemaker-training")
-if training is None or training < (4, 3):
-    print("sagemaker-training>=4.3")
-pytorch = version("sagemaker-pytorch-training")
-if pytorch is None or pytorch[0] != 3:
-    print("sagemaker-pytorch-training>=3,<4")
-if version("torch") is None:
-    print("torch")
-try:
-    import hetgen.launcher
-except Exception as e:
-    print(f"hetgen (import hetgen.launcher: {e})")
-"#;
-
-/// The `bin` folder of the Python environment a job on AWS's image runs in: the first folder
-/// on `path` with the toolkit's `train` and a `python` beside it, else the project's PyTorch
-/// venv. Checked before any host starts: the toolkit (`sagemaker-training` ≥ 4.3 and
-/// `sagemaker-pytorch-training` 3.x), `torchrun`, and hetgen importable, with the command that
-/// installs what is missing. `env` is the hosts' environment, in which the check runs.
-pub fn check_environment(
-    path: &str,
-    env: &BTreeMap<String, String>,
-) -> Result<PathBuf, LocalError> {
-    let has = |dir: &Path, program: &str| dir.join(program).is_file();
-    let venv_bin = crate::launcher::torch_venv_dir().map(|v| v.join("bin"));
-    let bin = std::env::split_paths(path)
-        .find(|d| has(d, "train") && has(d, "python"))
-        .or_else(|| venv_bin.clone().filter(|b| has(b, "python")));
-    let Some(bin) = bin else {
-        return Err(LocalError::NoToolkit {
-            environment: None,
-            missing: vec!["a Python environment".to_owned()],
-            fix: format!(
-                "in a hetgen checkout, `scripts/torch-env.sh && make wheel` makes one{}; \
-                 elsewhere install `torch sagemaker-training sagemaker-pytorch-training \
-                 hetgen-*.whl` into a venv and put its `bin` first on PATH",
-                venv_bin
-                    .map(|b| format!(" (`{}`)", b.parent().unwrap_or(&b).display()))
-                    .unwrap_or_default()
-            ),
-        });
-    };
-    let mut missing = Vec::new();
-    if !has(&bin, "train") {
-        missing.push("the toolkit's `train`".to_owned());
-    }
-    if !has(&bin, "torchrun") {
-        missing.push("`torchrun`".to_owned());
-    }
-    let python = bin.join("python");
-    match std::process::Command::new(&python)
-        .args(["-c", CHECK])
-        .env_clear()
-        .envs(env)
-        .stdin(std::process::Stdio::null())
-        .output()
-    {
-        Ok(out) if out.status.success() => missing.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned),
-        ),
-        Ok(out) => missing.push(format!(
-            "a working `python` ({}: {})",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(e) => missing.push(format!("a working `python` ({e})")),
-    }
-    if missing.is_empty() {
-        return Ok(bin);
-    }
-    let fix = format!(
-        "in a hetgen checkout, `scripts/torch-env.sh && make wheel` installs all of it into the \
-         project's PyTorch venv; into this one: `{} -m pip install torch \
-         'sagemaker-training>=4.3' 'sagemaker-pytorch-training>=3,<4' hetgen-*.whl` (the wheel \
-         from `make wheel`)",
-        python.display()
-    );
-    Err(LocalError::NoToolkit {
-        environment: Some(bin.parent().unwrap_or(&bin).to_owned()),
-        missing,
-        fix,
-    })
 }
 
 /// Why a run's hosts are not contained, for the run's notes.

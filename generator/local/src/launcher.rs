@@ -38,8 +38,9 @@ pub const OPTIMIZED: [&str; 10] = [
 pub struct LauncherBuild {
     /// The rendered `launcher/` folder (holding Cargo.toml).
     pub crate_dir: PathBuf,
-    /// The `runtime/launch` folder of a hetgen source tree.
-    pub runtime: PathBuf,
+    /// The `runtime/launch` folder of a hetgen source tree; `None` for a hetgen that knows none
+    /// (the wheel's).
+    pub runtime: Option<PathBuf>,
     /// Cargo's target folder, shared between runs and jobs so dependencies build once.
     pub target_dir: PathBuf,
     /// Build with optimizations.
@@ -48,13 +49,26 @@ pub struct LauncherBuild {
     pub cargo: PathBuf,
 }
 
+/// The runtime source of the tree this hetgen was compiled in.
+#[cfg(feature = "source-tree")]
+fn built_from() -> Option<PathBuf> {
+    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/launch"))
+}
+
+/// A hetgen built without `source-tree` (the wheel's) knows no source tree of its own.
+#[cfg(not(feature = "source-tree"))]
+fn built_from() -> Option<PathBuf> {
+    None
+}
+
 impl LauncherBuild {
-    /// The defaults: `$HETGEN_RUNTIME_PATH`, else the tree this hetgen was built from;
-    /// `$CARGO_TARGET_DIR`, else `~/.cache/hetgen/launcher-target`; `$CARGO`, else `cargo`.
+    /// The defaults: `$HETGEN_RUNTIME_PATH`, else the tree this hetgen was built from (with the
+    /// `source-tree` feature); `$CARGO_TARGET_DIR`, else `~/.cache/hetgen/launcher-target`;
+    /// `$CARGO`, else `cargo`.
     pub fn new(crate_dir: PathBuf, release: bool) -> LauncherBuild {
         let runtime = std::env::var_os(RUNTIME_PATH_VAR)
             .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/launch"));
+            .or_else(built_from);
         let target_dir = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -87,13 +101,15 @@ impl LauncherBuild {
         keep_as: &Path,
         on_line: &mut dyn FnMut(&str),
     ) -> Result<PathBuf, LocalError> {
-        let runtime = self
-            .runtime
+        let Some(runtime) = &self.runtime else {
+            return Err(LocalError::NoSourceTree);
+        };
+        let runtime = runtime
             .canonicalize()
             .ok()
             .filter(|p| p.join("Cargo.toml").is_file())
             .ok_or_else(|| LocalError::RuntimeSource {
-                path: self.runtime.clone(),
+                path: runtime.clone(),
             })?;
         self.seed_lock_file(&runtime)?;
         let lock = self.lock_target()?;

@@ -37,6 +37,7 @@ pub mod bench;
 pub mod cpus;
 mod error;
 pub mod framework;
+pub mod image;
 pub mod joblog;
 pub mod launcher;
 pub mod layout;
@@ -55,6 +56,7 @@ use hetgen_spec::model::Role;
 pub use cpus::CpuPolicy;
 pub use error::LocalError;
 pub use framework::FrameworkRun;
+pub use image::Image;
 pub use launcher::LauncherBuild;
 pub use layout::{Cluster, Host, JobEnvironment, Layout};
 pub use record::{HostRecord, JobRecord};
@@ -140,14 +142,11 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         .unwrap_or_default();
     variables.extend(options.env.iter().cloned());
     let mut inherited = layout::inherited_environment(options.caller_env.clone());
-    let toolkit = match &options.framework {
-        Some(_) => Some(toolkit_train(&mut inherited, &mut variables)?),
-        None => None,
-    };
+    let on_image = options.framework.is_some();
     if let Some(script) = job.trainer.script() {
-        let code = match &toolkit {
-            Some(_) => None,
-            None => Some(script_code(script, &options.spec_dir, &mut inherited)?),
+        let code = match on_image {
+            true => None,
+            false => Some(script_code(script, &options.spec_dir, &mut inherited)?),
         };
         script_environment(code, &mut variables);
     }
@@ -168,63 +167,50 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         layout.hyperparameters = run.hyperparameters();
     }
     let cpu_sets = cpus::allot(options.cpus, &layout.cluster.hosts, &cpus::available())?;
+    // Checked before anything is written: a run that cannot start leaves no folder.
+    let base = match on_image {
+        true => Some(image::Base::find(
+            inherited.get("PATH").map_or("", String::as_str),
+        )?),
+        false => None,
+    };
     layout.write()?;
     let mut notes = Vec::new();
-    let hosts_binding = match &toolkit {
-        Some(_) => contain_hosts(&layout, &inherited, &mut variables, &mut notes)?,
+    let image = match &base {
+        Some(base) => Some(base.lay_out(&layout.job_dir)?),
+        None => None,
+    };
+    let hosts_binding = match &image {
+        Some(_) => contain_hosts(&layout, &inherited, &mut notes)?,
         None => None,
     };
 
     let shared = JobEnvironment {
         inherited,
         variables,
-        job_file: toolkit.is_none().then(|| absolute(&options.job_file)),
+        job_file: image.is_none().then(|| absolute(&options.job_file)),
         token: hetgen_env::job_token().map_err(|e| LocalError::Random {
             message: e.to_string(),
         })?,
     };
-    let program = match &toolkit {
-        Some(train) => HostProgram::Toolkit {
-            train,
+    let region = job.sagemaker.as_ref().map_or("", |sm| sm.region.as_str());
+    let program = match &image {
+        Some(image) => HostProgram::Toolkit {
+            image,
             binding: hosts_binding.as_ref(),
+            region,
         },
         None => HostProgram::Launcher(&launcher),
     };
-    let commands = host_commands(&layout, &shared, program, cpu_sets);
+    let commands = host_commands(&layout, &shared, program, cpu_sets)?;
     Ok(LocalJob {
         name: job.name.clone(),
         layout,
         commands,
-        launcher: toolkit.unwrap_or(launcher),
+        launcher: base.as_ref().map_or(launcher, image::Base::train),
         limits: options.limits,
         notes,
     })
-}
-
-/// The toolkit's `train` a job on AWS's image runs on every host, from the environment that has
-/// it. The bundle's entry point, not hetgen, says where the job file and the code are, so their
-/// variables are not passed on; the toolkit's folder goes first on `PATH`.
-fn toolkit_train(
-    inherited: &mut BTreeMap<String, String>,
-    variables: &mut Vec<(String, String)>,
-) -> Result<PathBuf, LocalError> {
-    inherited.remove(hetgen_env::JOB_FILE_VAR);
-    inherited.remove(hetgen_env::CODE_DIR_VAR);
-    let path = inherited.get("PATH").cloned().unwrap_or_default();
-    let bin = framework::check_environment(&path, inherited)?;
-    let mut dirs = vec![bin.clone()];
-    dirs.extend(std::env::split_paths(&path).filter(|d| *d != bin));
-    if let Ok(path) = std::env::join_paths(dirs) {
-        inherited.insert("PATH".to_owned(), path.to_string_lossy().into_owned());
-    }
-    variables.insert(
-        0,
-        (
-            "SAGEMAKER_TRAINING_MODULE".to_owned(),
-            framework::TRAINING_MODULE.to_owned(),
-        ),
-    );
-    Ok(bin.join("train"))
 }
 
 /// The data servers' port, which the hosts' loopback block must leave free: the last
@@ -241,11 +227,11 @@ fn data_port(variables: &[(String, String)], inherited: &BTreeMap<String, String
 }
 
 /// The hosts of a job on AWS's image, each in namespaces of its own where this machine allows
-/// it; where it does not, they run uncontained and the toolkit is told it is in local mode.
+/// it; where it does not, they run uncontained (and [`image::platform_environment`] tells the
+/// toolkit it is in local mode).
 fn contain_hosts(
     layout: &Layout,
     inherited: &BTreeMap<String, String>,
-    variables: &mut Vec<(String, String)>,
     notes: &mut Vec<String>,
 ) -> Result<Option<(framework::HostsBinding, PathBuf)>, LocalError> {
     let path = inherited
@@ -255,7 +241,6 @@ fn contain_hosts(
     let contained = framework::prepare_hosts(layout, path)?;
     if contained.is_none() {
         notes.push(framework::UNCONTAINED.to_owned());
-        variables.push(("SM_STUDIO_LOCAL_MODE".to_owned(), "true".to_owned()));
     }
     Ok(contained)
 }
@@ -264,11 +249,13 @@ fn contain_hosts(
 enum HostProgram<'a> {
     /// hetgen's launcher, in hetgen's image.
     Launcher(&'a Path),
-    /// The toolkit's `train`, in AWS's image: in a PID namespace of its own where the hosts are
-    /// contained (`binding`: their hosts file and `unshare`).
+    /// The toolkit's `train`, in AWS's image (each host a Python environment of its own): in a
+    /// PID namespace of its own where the hosts are contained (`binding`: their hosts file and
+    /// `unshare`).
     Toolkit {
-        train: &'a Path,
+        image: &'a Image,
         binding: Option<&'a (framework::HostsBinding, PathBuf)>,
+        region: &'a str,
     },
 }
 
@@ -278,7 +265,7 @@ fn host_commands(
     shared: &JobEnvironment,
     program: HostProgram<'_>,
     cpu_sets: Vec<Option<Vec<usize>>>,
-) -> Vec<HostCommand> {
+) -> Result<Vec<HostCommand>, LocalError> {
     let binding = match &program {
         HostProgram::Toolkit { binding, .. } => binding.map(|(b, _)| b.clone()),
         HostProgram::Launcher(_) => None,
@@ -289,28 +276,43 @@ fn host_commands(
         .iter()
         .zip(cpu_sets)
         .map(|(host, cpus)| {
-            let (program, args) = match &program {
+            let (program, args, env) = match &program {
                 HostProgram::Toolkit {
-                    train,
-                    binding: Some((_, unshare)),
-                } => framework::in_pid_namespace(unshare, train),
-                HostProgram::Toolkit {
-                    train,
-                    binding: None,
-                } => (train.to_path_buf(), Vec::new()),
-                HostProgram::Launcher(launcher) => {
-                    (launcher.to_path_buf(), vec!["train".to_owned()])
+                    image,
+                    binding,
+                    region,
+                } => {
+                    let bin = image.host_environment(host)?;
+                    let env = image::platform_environment(
+                        layout,
+                        host,
+                        shared,
+                        &bin,
+                        region,
+                        binding.is_some(),
+                    );
+                    let train = bin.join("train");
+                    let (program, args) = match binding {
+                        Some((_, unshare)) => framework::in_pid_namespace(unshare, &train),
+                        None => (train, Vec::new()),
+                    };
+                    (program, args, env)
                 }
+                HostProgram::Launcher(launcher) => (
+                    launcher.to_path_buf(),
+                    vec!["train".to_owned()],
+                    layout.environment(host, shared),
+                ),
             };
-            HostCommand {
+            Ok(HostCommand {
                 host: host.clone(),
                 program,
                 args,
-                env: layout.environment(host, shared),
+                env,
                 base_dir: layout.host_dir(host),
                 cpus,
                 hosts_binding: binding.clone(),
-            }
+            })
         })
         .collect()
 }

@@ -147,6 +147,21 @@ pub enum BundleError {
         /// The link.
         path: PathBuf,
     },
+    /// The installed hetgen does not match what pip installed, so it cannot be shipped as its
+    /// wheel.
+    #[error("the installed hetgen cannot be packed as its wheel: {}: {why}", path.display())]
+    #[diagnostic(
+        code(hetgen::bundle::installed),
+        help(
+            "reinstall hetgen (`pip install --force-reinstall hetgen-….whl`), or pass the wheel itself with `--wheel PATH`"
+        )
+    )]
+    Installed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// Reading or writing failed.
     #[error("{}: {source}", path.display())]
     #[diagnostic(code(hetgen::bundle::io))]

@@ -21,6 +21,7 @@
 pub mod bundle;
 pub mod request;
 mod templates;
+pub mod wheel;
 mod write;
 
 use hetgen_env::JobFile;

@@ -14,9 +14,7 @@ pub fn run(args: &BundleArgs) -> Result<ExitCode, Failure> {
     // The bundle carries rendered files (the entry point, requirements, job.json): they must
     // be the spec's.
     ensure_fresh(&rendered, &args.out)?;
-    let wheel = super::wheel_path(&args.wheel);
-    super::note_debug_wheel(&wheel);
-    let bundle = write_bundle(&job, &args.spec, &args.out, &wheel)?;
+    let bundle = write_bundle(&job, &args.spec, &args.out, &args.wheel)?;
     println!("{}", bundle.archive.display());
     eprintln!(
         "bundled `{}`: {} files, {:.1} MiB, in {} (and {})",

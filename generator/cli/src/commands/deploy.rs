@@ -34,11 +34,7 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // On AWS's PyTorch image the code travels as a source bundle, uploaded before the job
     // that downloads it is submitted.
     let bundle = match request.submit_directory() {
-        Some(uri) => {
-            let wheel = super::wheel_path(&args.wheel);
-            super::note_debug_wheel(&wheel);
-            Some((write_bundle(&job, &args.spec, &args.out, &wheel)?, uri))
-        }
+        Some(uri) => Some((write_bundle(&job, &args.spec, &args.out, &args.wheel)?, uri)),
         None => None,
     };
     if args.dry_run {

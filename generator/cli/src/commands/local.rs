@@ -95,7 +95,7 @@ fn framework_run(args: &DeployArgs, job: &Job) -> Result<Option<FrameworkRun>, F
     let Some(sm) = job.sagemaker.as_ref().filter(|sm| sm.framework.is_some()) else {
         return Ok(None);
     };
-    let bundle = write_bundle(job, &args.spec, &args.out, &super::wheel_path(&args.wheel))?;
+    let bundle = write_bundle(job, &args.spec, &args.out, &args.wheel)?;
     Ok(Some(FrameworkRun {
         bundle: std::path::absolute(&bundle.archive).unwrap_or(bundle.archive),
         hyperparameters: hetgen_render::request::hyperparameters(job, sm),

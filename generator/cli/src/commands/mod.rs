@@ -10,6 +10,7 @@ pub mod local;
 pub mod logs;
 pub mod new;
 pub mod plan;
+#[cfg(feature = "checkout")]
 pub mod profile;
 pub mod render;
 pub mod schema;
@@ -19,10 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hetgen_local::LauncherBuild;
-use hetgen_pipeline::profile::Measurement;
 use hetgen_render::SpecOrigin;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use hetgen_spec::{Checked, Job, Report};
 
@@ -109,33 +109,41 @@ pub fn render_spec(spec: &Path) -> Result<(hetgen_spec::Job, hetgen_render::Rend
     Ok((job, rendered))
 }
 
-/// The hetgen wheel a source bundle ships: `--wheel`, else `HETGEN_WHEEL`, else the wheel
-/// `make wheel` builds into the target folder this hetgen was built in
-/// (`<target>/wheels/`, beside `<target>/debug/hetgen`).
-pub fn wheel_path(given: &crate::cli::WheelArgs) -> PathBuf {
+/// The hetgen wheel a source bundle of `job` ships: `--wheel`, else `HETGEN_WHEEL`, else, for
+/// a hetgen installed from its wheel, that installation packed as its wheel again (into the
+/// job's render folder under `out`), else the one `make wheel` built beside this hetgen.
+fn wheel_path(given: &crate::cli::WheelArgs, job: &Job, out: &Path) -> Result<PathBuf, Failure> {
     if let Some(path) = &given.wheel {
-        return path.clone();
+        return Ok(path.clone());
     }
     if let Some(path) = std::env::var_os("HETGEN_WHEEL").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
+        return Ok(PathBuf::from(path));
     }
-    let target = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.to_owned()))
+    let exe = std::env::current_exe().unwrap_or_default();
+    let name = hetgen_render::wheel_file_name();
+    if let Some(dist_info) = hetgen_render::wheel::installed_dist_info(&exe) {
+        let wheel = out.join(&job.name).join("wheel").join(&name);
+        return Ok(hetgen_render::wheel::repack(&dist_info, &wheel)?);
+    }
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_owned)
         .unwrap_or_default();
     // The release build (`scripts/wheel.sh --release`) when there is one: a job on SageMaker
     // should not preprocess with a debug build.
-    let name = hetgen_render::wheel_file_name();
     let release = target.join("wheels-release").join(&name);
     if release.is_file() {
-        return release;
+        return Ok(release);
     }
-    target.join("wheels").join(name)
+    let debug = target.join("wheels").join(name);
+    note_debug_wheel(&debug);
+    Ok(debug)
 }
 
 /// Says so when `wheel` is the debug build `make wheel` makes, which a job on SageMaker would
 /// run at a fraction of the release build's speed.
-pub fn note_debug_wheel(wheel: &Path) {
+fn note_debug_wheel(wheel: &Path) {
     if wheel.parent().and_then(|p| p.file_name()) == Some(std::ffi::OsStr::new("wheels")) {
         eprintln!(
             "note: {} is the debug build of the hetgen wheel (`make wheel`), whose pipeline runs \
@@ -147,18 +155,19 @@ pub fn note_debug_wheel(wheel: &Path) {
 }
 
 /// Writes the source bundle of `job` (rendered under `out`, from the spec at `spec`), shipping
-/// `wheel` ([`wheel_path`]).
+/// the wheel [`wheel_path`] picks.
 pub fn write_bundle(
     job: &Job,
     spec: &Path,
     out: &Path,
-    wheel: &Path,
+    wheel: &crate::cli::WheelArgs,
 ) -> Result<hetgen_render::bundle::Bundle, Failure> {
+    let wheel = wheel_path(wheel, job, out)?;
     let inputs = hetgen_render::bundle::Inputs {
         job,
         spec_dir: spec_dir(spec),
         out_dir: out,
-        wheel,
+        wheel: &wheel,
     };
     Ok(hetgen_render::bundle::bundle(
         &inputs,
@@ -200,22 +209,14 @@ pub fn spinner() -> ProgressBar {
     bar
 }
 
-/// The profile file.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Profile {
-    /// The spec measured.
-    pub spec: String,
-    /// The job's name.
-    pub job: String,
-    /// `[height, width, channels]` of the pipeline's output.
-    pub output_shape: [u32; 3],
-    /// What ran and how fast.
-    #[serde(flatten)]
-    pub measurement: Measurement,
-    /// `--gpu-samples-per-s`, if given.
-    pub gpu_samples_per_s: Option<f64>,
-    /// vCPUs of this machine's kind needed to keep one GPU busy.
-    pub vcpus_per_gpu: Option<f64>,
+/// What `hetgen plan --profile` reads of a profile file; `hetgen profile` writes the whole.
+#[derive(Debug, Deserialize)]
+struct ProfileRates {
+    /// Throughput measured, on `threads` threads.
+    samples_per_s: f64,
+    threads: usize,
+    /// vCPUs needed to keep one GPU busy, when the GPU's rate was given.
+    vcpus_per_gpu: Option<f64>,
 }
 
 /// `vcpus_per_gpu` of a profile file and its measured samples/s per thread, for
@@ -228,7 +229,7 @@ pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(e.to_string(), "write one with `hetgen profile`"))?;
-    let profile: Profile = serde_json::from_str(&text).map_err(|e| {
+    let profile: ProfileRates = serde_json::from_str(&text).map_err(|e| {
         bad(
             format!(
                 "line {}, column {}: {}",
@@ -245,6 +246,23 @@ pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
             "run `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
         )
     })?;
-    let m = &profile.measurement;
-    Ok((per_gpu, m.samples_per_s / m.threads.max(1) as f64))
+    Ok((
+        per_gpu,
+        profile.samples_per_s / profile.threads.max(1) as f64,
+    ))
+}
+
+/// `hetgen profile` in a build without the image pipeline (the wheel's).
+#[cfg(not(feature = "checkout"))]
+pub mod profile {
+    use std::process::ExitCode;
+
+    use crate::cli::ProfileArgs;
+    use crate::exit::Failure;
+
+    pub fn run(_: &ProfileArgs) -> Result<ExitCode, Failure> {
+        Err(Failure::NotInThisBuild {
+            what: "`hetgen profile` measures hetgen's built-in image pipeline, which the wheel's `hetgen` leaves out (it would bring libjpeg-turbo with it)",
+        })
+    }
 }

@@ -67,16 +67,27 @@ fn digits() -> Vec<(String, Vec<u8>)> {
             .collect();
         let (pixels, label) = values.split_at(64);
         let split = if n % 5 == 0 { "test" } else { "train" };
-        let image = hetgen_pipeline::Image {
-            height: 8,
-            width: 8,
-            channels: 1,
-            data: pixels.iter().map(|v| (v * 16).min(255) as u8).collect(),
-        };
-        let png = hetgen_pipeline::codec::encode_png(&image).expect("an 8×8 image encodes");
+        let gray: Vec<u8> = pixels.iter().map(|v| (v * 16).min(255) as u8).collect();
+        let png = encode_gray_png(8, 8, &gray);
         files.push((format!("data/{split}/{}/{n:04}.png", label[0]), png));
     }
     files
+}
+
+/// An 8-bit grayscale PNG, as the built-in pipeline's decoder reads it.
+fn encode_gray_png(width: u32, height: u32, pixels: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Grayscale);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder
+        .write_header()
+        .expect("writing to memory cannot fail");
+    writer
+        .write_image_data(pixels)
+        .expect("the pixels fill the image");
+    writer.finish().expect("writing to memory cannot fail");
+    out
 }
 
 /// The example's spec, renamed to `name`, with its `#:schema` line pointing into the project.

@@ -6,13 +6,31 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use hetgen_pipeline::profile::Measurement;
 use hetgen_pipeline::{Engine, StageRegistry};
 use hetgen_spec::Job;
-
-use super::Profile;
+use serde::Serialize;
 
 use crate::cli::{Format, ProfileArgs};
 use crate::exit::Failure;
+
+/// The profile file (`hetgen plan --profile` reads its rates).
+#[derive(Debug, Serialize)]
+struct Profile {
+    /// The spec measured.
+    spec: String,
+    /// The job's name.
+    job: String,
+    /// `[height, width, channels]` of the pipeline's output.
+    output_shape: [u32; 3],
+    /// What ran and how fast.
+    #[serde(flatten)]
+    measurement: Measurement,
+    /// `--gpu-samples-per-s`, if given.
+    gpu_samples_per_s: Option<f64>,
+    /// vCPUs of this machine's kind needed to keep one GPU busy.
+    vcpus_per_gpu: Option<f64>,
+}
 
 pub fn run(args: &ProfileArgs) -> Result<ExitCode, Failure> {
     // The allocator as the data server and the launcher tune it: they run this pipeline, and

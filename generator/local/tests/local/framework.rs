@@ -1,6 +1,6 @@
-//! A job on AWS's PyTorch image: every host starts through the toolkit's `train` from the job's
-//! Python environment, as that image starts it (shell scripts stand in for the toolkit here;
-//! python/tests runs the real one).
+//! A job on AWS's PyTorch image: every host starts through the toolkit's `train` from a Python
+//! environment of its own over the base environment's packages, as that image starts it (shell
+//! scripts stand in for the toolkit and Python here; python/tests runs the real ones).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,13 +22,29 @@ echo $$ > "$out/pid"
 getent hosts algo-1 > "$out/algo-1" || true
 ls -A "$SAGEMAKER_BASE_DIR/code" > "$out/code""#;
 
-/// A Python environment's `bin` in `dir`: a `train` with `body`, and a `python` whose check
-/// prints `missing`; `torchrun` only when `torchrun` is set.
+/// A base environment's `bin` in `dir`: a `train` with `body`; a `python` whose check prints
+/// `missing` (`missing: …` lines) and its site folder, and which makes a venv as
+/// `python -m venv --without-pip DIR` would (a copy of itself and a site folder); `torchrun`
+/// only when `torchrun` is set. Its site folder holds a package and an installed hetgen.
 fn environment(dir: &Path, body: &str, missing: &str, torchrun: bool) -> PathBuf {
     let bin = dir.join("env/bin");
+    let site = dir.join("env/lib/python3.11/site-packages");
+    for package in ["torch", "hetgen", "hetgen-0.1.0.dist-info"] {
+        std::fs::create_dir_all(site.join(package)).unwrap();
+    }
     std::fs::create_dir_all(&bin).unwrap();
     script(&bin, "train", body);
-    script(&bin, "python", &format!("printf '{missing}'"));
+    script(
+        &bin,
+        "python",
+        &format!(
+            "if [ \"$1\" = -m ]; then mkdir -p \"$4/bin\" \"$4/lib/python3.11/site-packages\" \
+             && cp \"$0\" \"$4/bin/python\"; exit; fi\n\
+             printf '{missing}'; echo 'site: {}'",
+            site.display()
+        ),
+    );
+    script(&bin, "hetgen-launcher", "exit 1");
     if torchrun {
         script(&bin, "torchrun", "exit 0");
     }
@@ -105,11 +121,56 @@ fn every_host_runs_the_toolkit_s_train_with_the_bundle_and_none_of_hetgen_s_own_
             "HETGEN_JOB_TOKEN",
             "HETGEN_HOSTS_FILE",
             "HETGEN_RENDEZVOUS_PORT",
+            "TRAINING_JOB_NAME",
+            "TRAINING_JOB_ARN",
         ] {
             assert!(env.contains_key(kept), "{kept} missing: {env:?}");
         }
-        assert!(env["PATH"].starts_with(&bin.display().to_string()));
-        assert_eq!(env["SM_NETWORK_INTERFACE_NAME"], "lo");
+        // What the platform does not set is not there: the toolkit makes the `SM_*` variables
+        // for the script from the files under /opt/ml.
+        let platform_has_not: Vec<&String> = env
+            .keys()
+            .filter(|k| k.starts_with("SM_") && *k != "SM_STUDIO_LOCAL_MODE")
+            .collect();
+        assert!(platform_has_not.is_empty(), "{platform_has_not:?}");
+        // The host's own Python environment: its `bin` first, the base's nowhere; it sees the
+        // base's packages, but not hetgen's, and has the base's scripts but not hetgen's.
+        let host_bin = local
+            .layout
+            .job_dir
+            .join("image")
+            .join(&command.host.name)
+            .join("bin");
+        assert_eq!(
+            env["PATH"].split(':').next(),
+            Some(host_bin.to_str().unwrap())
+        );
+        assert!(
+            !env["PATH"].contains(bin.to_str().unwrap()),
+            "{}",
+            env["PATH"]
+        );
+        assert!(host_bin.join("train").is_file() && host_bin.join("python").is_file());
+        assert!(!host_bin.join("hetgen-launcher").exists());
+        let packages = local.layout.job_dir.join("image/site-packages");
+        assert!(packages.join("torch").is_dir());
+        assert!(
+            !packages.join("hetgen").exists() && !packages.join("hetgen-0.1.0.dist-info").exists()
+        );
+        let pth = std::fs::read_dir(
+            host_bin
+                .parent()
+                .unwrap()
+                .join("lib/python3.11/site-packages"),
+        )
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".pth"))
+        .expect("a .pth names the image's packages");
+        assert_eq!(
+            std::fs::read_to_string(pth.path()).unwrap().trim(),
+            packages.display().to_string()
+        );
         // The request's hyperparameters, with the local bundle as the S3 object.
         let hps = crate::read_json(&base.join("input/config/hyperparameters.json"));
         assert_eq!(
@@ -140,7 +201,7 @@ fn an_environment_without_the_toolkit_or_torchrun_is_refused_before_any_host_sta
     let bin = environment(
         dir.path(),
         "exit 0",
-        "sagemaker-pytorch-training>=3,<4\\nhetgen (import hetgen.launcher: no module)\\n",
+        "missing: sagemaker-pytorch-training>=3,<4\\n",
         false,
     );
     let (job, opts) = framework_job(dir.path(), &bin);
@@ -154,14 +215,7 @@ fn an_environment_without_the_toolkit_or_torchrun_is_refused_before_any_host_sta
         panic!("{err:?}");
     };
     assert_eq!(environment.as_deref(), bin.parent());
-    assert_eq!(
-        missing,
-        &[
-            "`torchrun`",
-            "sagemaker-pytorch-training>=3,<4",
-            "hetgen (import hetgen.launcher: no module)"
-        ]
-    );
+    assert_eq!(missing, &["`torchrun`", "sagemaker-pytorch-training>=3,<4"]);
     let message = err.to_string();
     assert!(
         message.contains("lacks `torchrun`, sagemaker-pytorch-training"),
