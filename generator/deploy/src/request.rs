@@ -179,6 +179,15 @@ fn algorithm(a: &Map<String, Value>) -> Result<AlgorithmSpecification, DeployErr
                 .build(),
         );
     }
+    for item in array(a, "ContainerEntrypoint")? {
+        spec = spec.container_entrypoint(as_str(item)?);
+    }
+    for item in array(a, "ContainerArguments")? {
+        spec = spec.container_arguments(as_str(item)?);
+    }
+    if let Some(Value::Bool(on)) = a.get("EnableSageMakerMetricsTimeSeries") {
+        spec = spec.enable_sage_maker_metrics_time_series(*on);
+    }
     Ok(spec.build())
 }
 

@@ -1,8 +1,10 @@
 //! Hosts of a job on AWS's PyTorch image, started as that image starts them: through AWS's
 //! training toolkit.
 //!
-//! On SageMaker every host of such a job runs the image's `train` (the `sagemaker-training`
-//! toolkit with `SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main`): it
+//! On SageMaker every host of such a job starts as the request's `ContainerEntrypoint` says
+//! (hetgen's start of the image, [`hetgen_spec::framework::CONTAINER_ENTRYPOINT`], which passes
+//! a stop's SIGTERM on), which runs the image's `start_with_right_hostname.sh train` and so the
+//! image's `train` (the `sagemaker-training` toolkit with `SAGEMAKER_TRAINING_MODULE=sagemaker_pytorch_container.training:main`): it
 //! waits until every host's name resolves, downloads and unpacks the source bundle named by
 //! `sagemaker_submit_directory` into an empty `/opt/ml/code`, installs its `requirements.txt`
 //! (the hetgen wheel) and runs `python hetgen_launcher.py --key value …` with the `SM_*`
@@ -213,19 +215,18 @@ unsafe fn write_file(path: &CStr, data: &[u8]) -> std::io::Result<()> {
     }
 }
 
-/// `unshare --pid --fork --kill-child PROGRAM`: `PROGRAM` as process 1 of a PID namespace of
-/// its own (util-linux's `unshare` waits for it, passing its exit status on, and ignores the
-/// SIGTERM meant for the host while it does).
-pub fn in_pid_namespace(unshare: &Path, program: &Path) -> (PathBuf, Vec<String>) {
-    (
-        unshare.to_owned(),
-        vec![
-            "--pid".to_owned(),
-            "--fork".to_owned(),
-            "--kill-child".to_owned(),
-            program.display().to_string(),
-        ],
-    )
+/// `unshare --pid --fork --kill-child PROGRAM ARGS…`: `PROGRAM` as process 1 of a PID
+/// namespace of its own (util-linux's `unshare` waits for it, passing its exit status on, and
+/// ignores the SIGTERM meant for the host while it does).
+pub fn in_pid_namespace(unshare: &Path, program: &Path, args: &[String]) -> (PathBuf, Vec<String>) {
+    let mut all = vec![
+        "--pid".to_owned(),
+        "--fork".to_owned(),
+        "--kill-child".to_owned(),
+        program.display().to_string(),
+    ];
+    all.extend(args.iter().cloned());
+    (unshare.to_owned(), all)
 }
 
 /// util-linux's `unshare`, on `path`.
@@ -251,7 +252,7 @@ pub fn containment(unshare: &Path, file: &Path) -> Option<HostsBinding> {
 /// Whether `program` runs, and succeeds, as a host would with `binding`.
 pub fn contains(unshare: &Path, binding: &HostsBinding, program: &Path) -> bool {
     use std::os::unix::process::CommandExt;
-    let (unshare, args) = in_pid_namespace(unshare, program);
+    let (unshare, args) = in_pid_namespace(unshare, program, &[]);
     let mut probe = std::process::Command::new(unshare);
     probe.args(args);
     let binding = binding.clone();

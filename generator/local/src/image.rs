@@ -239,9 +239,27 @@ impl Image {
             std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
                 .map_err(write_error(&target))?;
         }
+        let start = bin.join(START_SCRIPT);
+        std::fs::write(&start, START).map_err(write_error(&start))?;
         Ok(bin)
     }
 }
+
+/// The image's own entry script, which hetgen's start of the container runs.
+const START_SCRIPT: &str = "start_with_right_hostname.sh";
+
+/// What stands in for it: the image's script (aws/deep-learning-containers,
+/// `scripts/docker/pytorch/start_with_right_hostname.sh`) less what concerns the machine it
+/// runs on: it builds a `gethostname()` that returns the host's name and preloads it into
+/// `train`, where here every host shares this machine's name, and it starts CUDA's compat
+/// libraries on a GPU image.
+const START: &str = r#"#!/usr/bin/env bash
+if [[ "$1" = "train" ]]; then
+     train
+else
+     eval "$@"
+fi
+"#;
 
 /// A script whose `#!` line runs a Python in `base_bin`, made to run `python` instead.
 fn rebased(text: &[u8], base_bin: &Path, python: &Path) -> Option<Vec<u8>> {

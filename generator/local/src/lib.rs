@@ -291,10 +291,19 @@ fn host_commands(
                         region,
                         binding.is_some(),
                     );
-                    let train = bin.join("train");
+                    // The container's start, exactly as the request has it.
+                    use hetgen_spec::framework::{CONTAINER_ARGUMENTS, CONTAINER_ENTRYPOINT};
+                    let [program, entry @ ..] = CONTAINER_ENTRYPOINT;
+                    let args: Vec<String> = entry
+                        .iter()
+                        .chain(&CONTAINER_ARGUMENTS)
+                        .map(|a| (*a).to_owned())
+                        .collect();
                     let (program, args) = match binding {
-                        Some((_, unshare)) => framework::in_pid_namespace(unshare, &train),
-                        None => (train, Vec::new()),
+                        Some((_, unshare)) => {
+                            framework::in_pid_namespace(unshare, Path::new(program), &args)
+                        }
+                        None => (PathBuf::from(program), args),
                     };
                     (program, args, env)
                 }

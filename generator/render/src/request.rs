@@ -127,6 +127,13 @@ pub struct AlgorithmSpecification {
         skip_serializing_if = "Option::is_none"
     )]
     pub enable_sagemaker_metrics_time_series: Option<bool>,
+    /// On AWS's PyTorch image, hetgen's start of the image
+    /// ([`hetgen_spec::framework::CONTAINER_ENTRYPOINT`]), so that a stop reaches the script.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_entrypoint: Option<Vec<&'static str>>,
+    /// With it, what SageMaker passes the image by default (`train`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_arguments: Option<Vec<&'static str>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -239,6 +246,14 @@ pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Crea
                 })
                 .collect(),
             enable_sagemaker_metrics_time_series: sm.framework.as_ref().map(|_| true),
+            container_entrypoint: sm
+                .framework
+                .as_ref()
+                .map(|_| hetgen_spec::framework::CONTAINER_ENTRYPOINT.to_vec()),
+            container_arguments: sm
+                .framework
+                .as_ref()
+                .map(|_| hetgen_spec::framework::CONTAINER_ARGUMENTS.to_vec()),
         },
         hyper_parameters: hyperparameters(job, sm),
         input_data_config: input_data_config(job),

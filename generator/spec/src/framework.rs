@@ -23,6 +23,33 @@ pub const DEFAULT_VERSION: &str = "2.8.0";
 /// hetgen's role launcher from the wheel in the source bundle.
 pub const PROGRAM: &str = "hetgen_launcher.py";
 
+/// What every host of a job on AWS's PyTorch image runs first (the request's
+/// `ContainerEntrypoint`, then [`CONTAINER_ARGUMENTS`]): the image's own start, with a stop
+/// that reaches the script.
+///
+/// The image's `ENTRYPOINT` is `bash -m start_with_right_hostname.sh`, which runs the toolkit's
+/// `train` as a child. That bash is process 1 of the container and has no SIGTERM handler, so
+/// the kernel drops the SIGTERM SageMaker sends on a stop or a timeout, and 120 s later SIGKILL
+/// ends every process: the script never learns it is being stopped. This `bash -c` runs the
+/// same script (without `-m`, which changes nothing where there is no terminal) in a session of
+/// its own and traps SIGTERM: it passes the signal to that whole process group (the toolkit,
+/// hetgen's launcher, which passes it on to torchrun and so to the script, and the data
+/// server) and then waits until the group is gone, within the platform's grace period. The
+/// exit status is the image script's (a `wait` the trap cut short is waited again). It fits the
+/// API's 256 characters per item.
+pub const CONTAINER_ENTRYPOINT: [&str; 4] = [
+    "/bin/bash",
+    "-c",
+    "trap 't=1;kill -TERM -- -$p 2>/dev/null' TERM INT;\
+     setsid -w bash start_with_right_hostname.sh \"$@\"& p=$!;\
+     while wait $p;s=$?;[ $s -gt 128 ]&&kill -0 $p 2>/dev/null;do :;done;\
+     while [ -n \"$t\" ]&&kill -0 -- -$p 2>/dev/null;do sleep 1;done;exit $s",
+    "hetgen-entry",
+];
+
+/// The arguments of [`CONTAINER_ENTRYPOINT`]: what SageMaker passes the image by default.
+pub const CONTAINER_ARGUMENTS: [&str; 1] = ["train"];
+
 /// The job file inside the source bundle.
 pub const JOB_FILE: &str = "hetgen-job.json";
 
@@ -143,6 +170,15 @@ pub fn image_uri(region: &str, release: &str, processor: &str, py_version: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_entry_point_fits_the_api_s_limits() {
+        // TrainingContainerEntrypoint / TrainingContainerArguments: 1 to 100 strings of at
+        // most 256 characters.
+        for item in CONTAINER_ENTRYPOINT.iter().chain(&CONTAINER_ARGUMENTS) {
+            assert!(item.len() <= 256, "{} characters: {item}", item.len());
+        }
+    }
 
     #[test]
     fn versions_resolve_as_the_sdk_does() {

@@ -20,7 +20,12 @@ pub(super) struct Running {
     pid: u32,
     started: Instant,
     exit: Option<Exit>,
+    /// When the host's output first showed a Python traceback: its script raised then.
+    raised_at: Option<Instant>,
 }
+
+/// The first line Python writes for an exception that ends a program.
+const TRACEBACK: &str = "Traceback (most recent call last):";
 
 /// Why a run that did not complete is ending. A run without one completes when its hosts have.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +83,7 @@ pub(super) fn start_hosts(
                     pid,
                     started: Instant::now(),
                     exit: None,
+                    raised_at: None,
                 });
             }
             Err(e) => {
@@ -153,6 +159,9 @@ impl<'a> Run<'a> {
             match events.recv_timeout(self.next_wait()) {
                 Ok(Event::Line(i, stream, line)) => {
                     let host = &self.commands[i].host;
+                    if line.trim_start().starts_with(TRACEBACK) {
+                        self.hosts[i].raised_at.get_or_insert_with(Instant::now);
+                    }
                     observer.output(host, stream, &line);
                     // Either stream: a script's output may reach the host's stderr on its way
                     // through torchrun and the training toolkit.
@@ -242,11 +251,32 @@ impl<'a> Run<'a> {
         self.kill_at = Instant::now().checked_add(self.limits.grace);
     }
 
+    /// The reason of a failed job: that of the failed host whose script raised first, when
+    /// any did. The first host to exit is often not the one at fault: when one rank raises,
+    /// its peers fail a moment later with "connection closed by peer", and one of them may
+    /// end first. A traceback is the script's own account of its failure, and the one that
+    /// caused the others is printed before its process ends and so before theirs start.
+    fn root_cause(&self) -> Option<String> {
+        let (i, h) = self
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.exit.as_ref().is_some_and(|e| !e.success()))
+            .filter(|(_, h)| h.raised_at.is_some())
+            .min_by_key(|(_, h)| h.raised_at)?;
+        Some(failure_reason(&self.commands[i], h.exit.as_ref()?))
+    }
+
     /// The outcome, once no process of any host is left.
-    pub(super) fn finish(self, start: SystemTime) -> Outcome {
+    pub(super) fn finish(mut self, start: SystemTime) -> Outcome {
         // Belt and braces: every group is gone already, unless the watch ended by disconnection.
         for h in &self.hosts {
             kill_group(h.pid, Signal::KILL);
+        }
+        if matches!(self.ending, Some(Ending::Failed(_)))
+            && let Some(reason) = self.root_cause()
+        {
+            self.ending = Some(Ending::Failed(reason));
         }
         let (status, secondary_status, failure_reason) = match &self.ending {
             None => (Status::Completed, "Completed", None),

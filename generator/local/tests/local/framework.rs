@@ -13,12 +13,12 @@ use crate::{env_file, job, options, prepare, refused, run_to_completion, script}
 /// The pytorch example: on AWS's image (no `image_uri`), 2 data + 2 trainer hosts.
 const PYTORCH: &str = include_str!("../../../../examples/pytorch/hetgen.toml");
 
-/// What a stand-in `train` records of its host, in `output/data`: its environment, its PID,
-/// what `algo-1` resolves to and what its code folder holds.
+/// What a stand-in `train` records of its host, in `output/data`: its environment, its parent's
+/// PID (the image's script), what `algo-1` resolves to and what its code folder holds.
 const TRAIN: &str = r#"out="$SAGEMAKER_BASE_DIR/output/data"
 mkdir -p "$out"
 env > "$out/env"
-echo $$ > "$out/pid"
+echo $PPID > "$out/pid"
 getent hosts algo-1 > "$out/algo-1" || true
 ls -A "$SAGEMAKER_BASE_DIR/code" > "$out/code""#;
 
@@ -183,7 +183,9 @@ fn every_host_runs_the_toolkit_s_train_with_the_bundle_and_none_of_hetgen_s_own_
         let pid = std::fs::read_to_string(out.join("pid")).unwrap();
         let resolved = std::fs::read_to_string(out.join("algo-1")).unwrap();
         if contained {
-            assert_eq!(pid.trim(), "1", "train is process 1 of its host");
+            // hetgen's start of the container is process 1, and the image's script, which
+            // runs `train`, the first process it started.
+            assert_eq!(pid.trim(), "2", "train's parent is process 2 of its host");
             assert!(
                 resolved.starts_with(&format!("{algo_1} ")),
                 "algo-1 is {resolved:?}, not {algo_1}"
@@ -326,4 +328,66 @@ fn a_script_on_its_own_image_needs_torchruns_python_to_import_hetgen() {
     assert!(err.is_environment());
     let help = miette::Diagnostic::help(&err).unwrap().to_string();
     assert!(help.contains("make wheel"), "{help}");
+}
+
+/// hetgen's start of the container (`ContainerEntrypoint`), run as the request has it, over a
+/// stand-in of the image's script that runs `body`: its process and where `marker` is.
+fn start_container(dir: &Path, body: &str) -> std::process::Child {
+    use hetgen_spec::framework::{CONTAINER_ARGUMENTS, CONTAINER_ENTRYPOINT};
+    let bin = dir.join("image-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("start_with_right_hostname.sh"),
+        format!("[ \"$1\" = train ] || exit 99\n{body}\n"),
+    )
+    .unwrap();
+    let [program, args @ ..] = CONTAINER_ENTRYPOINT;
+    std::os::unix::process::CommandExt::process_group(
+        std::process::Command::new(program)
+            .args(args)
+            .args(CONTAINER_ARGUMENTS),
+        0,
+    )
+    .current_dir(dir)
+    .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+    .spawn()
+    .unwrap()
+}
+
+#[test]
+fn the_container_s_start_passes_the_image_script_s_status_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = start_container(dir.path(), "exit 3").wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+}
+
+#[test]
+fn a_stop_s_sigterm_reaches_every_process_of_the_container_which_ends_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // The image's script starts a child (as the toolkit starts the launcher) that takes a
+    // while to stop: the container must not end before it has.
+    let body = r#"sh -c 'trap "echo stopping > child; sleep 1; echo stopped >> child; exit 0" TERM
+echo started > child; while :; do sleep 0.1; done' &
+wait $!; exit 7"#;
+    let mut container = start_container(dir.path(), body);
+    let child = dir.path().join("child");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !child.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // As a local run stops a host: SIGTERM to the host's process group, where only the
+    // container's first process is (as `docker stop` signals it alone).
+    hetgen_env::process::signal_group(container.id(), hetgen_env::process::Signal::TERM).unwrap();
+    let status = container.wait().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&child).unwrap(),
+        "stopping\nstopped\n",
+        "the child saw SIGTERM and finished before the container ended"
+    );
+    // The image's script was stopped by the same SIGTERM: its status is the signal's.
+    assert_eq!(status.code(), Some(128 + 15));
 }

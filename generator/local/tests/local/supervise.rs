@@ -673,3 +673,40 @@ fn a_launcher_that_cannot_start_is_an_error() {
     }
     assert!(seen.started.is_empty());
 }
+
+#[test]
+fn the_reason_is_the_script_that_raised_first_not_a_peer_that_ended_first() {
+    // The trainer's script raises, and is slow to end; a data host's script fails a moment
+    // after (as a rank whose peer vanished fails with "connection closed") and ends first.
+    let body = r#"
+job="$SAGEMAKER_BASE_DIR/../.."
+if [ "$SM_CURRENT_INSTANCE_GROUP" = dnn_group ]; then
+  # The stop the data host's failure starts must not cut its account short (hetgen's
+  # launcher, too, writes the failure file after a SIGTERM).
+  trap '' TERM
+  echo "Traceback (most recent call last):"
+  echo "RuntimeError: the real cause"
+  touch "$job/raised"
+  sleep 1
+  echo "the real cause" > "$SAGEMAKER_BASE_DIR/output/failure"
+  exit 2
+fi
+while [ ! -e "$job/raised" ]; do sleep 0.05; done
+echo "Traceback (most recent call last):" >&2
+echo "connection closed by peer" > "$SAGEMAKER_BASE_DIR/output/failure"
+exit 1
+"#;
+    let (_dir, local, seen, record, _) = run_tiny(body, limits(20.0, 5.0));
+    assert_status(&record, Status::Failed, &seen);
+    let trainer = trainer(&local);
+    assert_eq!(
+        record.failure_reason.as_deref(),
+        Some(
+            format!(
+                "AlgorithmError: the real cause ({} in dnn_group, exit code 2)",
+                trainer.host.name
+            )
+            .as_str()
+        )
+    );
+}
