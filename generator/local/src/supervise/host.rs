@@ -138,8 +138,39 @@ pub(super) fn to_exit(pid: u32, status: std::io::Result<ExitStatus>, duration: D
 }
 
 /// Signals the process group led by `pid`. A group that is gone already is not an error.
+///
+/// SIGKILL also goes to the groups of the leader's children: a host on AWS's image starts the
+/// image's script in a session of its own (so that a stop's SIGTERM reaches it through the
+/// container's first process alone), which a contained host's PID namespace ends with it but
+/// an uncontained host's group does not hold.
 pub(super) fn kill_group(pid: u32, signal: Signal) {
+    if signal == Signal::KILL {
+        for child in children(pid) {
+            let _ = hetgen_env::process::signal_group(child, signal);
+        }
+    }
     let _ = hetgen_env::process::signal_group(pid, signal);
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            // `pid (comm) state ppid …`; the name may hold spaces and parentheses.
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
 }
 
 /// SageMaker's form: `AlgorithmError: <the failure file>`, with where it happened.

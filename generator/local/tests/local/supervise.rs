@@ -710,3 +710,36 @@ exit 1
         )
     );
 }
+
+#[test]
+fn sigkill_after_the_grace_period_takes_a_session_a_host_started() {
+    // As hetgen's start of a container on AWS's image does, the data hosts run their work in
+    // a session of its own, which neither they nor it end on SIGTERM.
+    let body = format!(
+        r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = data_group ]; then
+  trap '' TERM
+  setsid sh -c 'trap "" TERM; echo $$ > "$SAGEMAKER_BASE_DIR/output/session.pid"; while :; do sleep 0.1; done' &
+  while [ ! -s "$SAGEMAKER_BASE_DIR/output/session.pid" ]; do sleep 0.05; done
+  {READY}
+  while :; do sleep 0.1; done
+fi
+{AWAIT_DATA_HOSTS}
+exit 3
+"#
+    );
+    let (_dir, local, seen, record, _) = run_tiny(&body, limits(20.0, 1.0));
+    assert_status(&record, Status::Failed, &seen);
+    for command in local
+        .commands
+        .iter()
+        .filter(|c| c.host.group == "data_group")
+    {
+        let session = read_pid(&command.base_dir.join("output/session.pid"));
+        assert!(
+            !alive(session),
+            "{}'s session {session} survived",
+            command.host.name
+        );
+    }
+}
