@@ -6,6 +6,7 @@ use std::time::Duration;
 use hetgen_deploy::logs::JobLogs;
 use hetgen_deploy::{DeployError, JobStatus, jobs};
 
+use crate::first_raise::FirstRaise;
 use crate::view::{LogView, label_width};
 
 /// After the job ends CloudWatch still receives the hosts' last lines for a few seconds (their
@@ -17,8 +18,8 @@ const FINAL_PAUSE: Duration = Duration::from_secs(2);
 
 /// How following ended.
 pub enum Ended {
-    /// The job ended with this status.
-    Job(JobStatus),
+    /// The job ended with this status; which host's script raised first, per its logs.
+    Job(JobStatus, FirstRaise),
     /// Ctrl-C: the job goes on.
     Interrupted,
 }
@@ -52,6 +53,7 @@ impl Follow<'_> {
     pub async fn run(mut self, view: &mut LogView) -> Result<Ended, DeployError> {
         let start = tokio::time::Instant::now();
         let mut last: Option<(String, Option<String>)> = None;
+        let mut first = FirstRaise::default();
         // Ctrl-C is ours from here on (the default would kill hetgen mid-line).
         let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
         loop {
@@ -65,7 +67,7 @@ impl Follow<'_> {
                 view.set_status(text.trim());
                 last = Some(now);
             }
-            self.read(view).await?;
+            self.read(view, &mut first).await?;
             if status.is_terminal() {
                 let mut empty = 0;
                 for _ in 0..FINAL_READS {
@@ -73,14 +75,14 @@ impl Follow<'_> {
                         break;
                     }
                     tokio::time::sleep(FINAL_PAUSE.min(self.interval)).await;
-                    empty = if self.read(view).await? == 0 {
+                    empty = if self.read(view, &mut first).await? == 0 {
                         empty + 1
                     } else {
                         0
                     };
                 }
                 view.flush();
-                return Ok(Ended::Job(status));
+                return Ok(Ended::Job(status, first));
             }
             tokio::select! {
                 _ = &mut interrupt => return Ok(Ended::Interrupted),
@@ -90,19 +92,28 @@ impl Follow<'_> {
     }
 
     /// One read of every stream; how many lines it brought.
-    async fn read(&mut self, view: &mut LogView) -> Result<usize, DeployError> {
+    async fn read(
+        &mut self,
+        view: &mut LogView,
+        first: &mut FirstRaise,
+    ) -> Result<usize, DeployError> {
         match &mut self.logs {
-            Some(logs) => read_into(logs, view).await,
+            Some(logs) => read_into(logs, view, first).await,
             None => Ok(0),
         }
     }
 }
 
-/// One read of every stream of `logs` into `view`; how many lines it brought.
-pub async fn read_into(logs: &mut JobLogs, view: &mut LogView) -> Result<usize, DeployError> {
+/// One read of every stream of `logs` into `view` (and `first`); how many lines it brought.
+pub async fn read_into(
+    logs: &mut JobLogs,
+    view: &mut LogView,
+    first: &mut FirstRaise,
+) -> Result<usize, DeployError> {
     let events = logs.poll().await?;
     for e in &events {
         view.event(e.timestamp_ms, &e.host, &e.message);
+        first.line(e.timestamp_ms, &e.host, &e.message);
     }
     Ok(events.len())
 }

@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod exit;
+mod first_raise;
 mod follow;
 mod output;
 mod view;

@@ -111,8 +111,8 @@ async fn wait(
     };
     let ended = follow.run(&mut view).await;
     view.end();
-    let end = match ended? {
-        Ended::Job(end) => end,
+    let (end, first) = match ended? {
+        Ended::Job(end, first) => (end, first),
         Ended::Interrupted => {
             eprintln!("{}", interrupted_note(&name));
             return Ok(ExitCode::from(130));
@@ -122,10 +122,20 @@ async fn wait(
         eprintln!("training job `{name}` completed");
         Ok(ExitCode::SUCCESS)
     } else {
+        // The script that raised first is the cause, whichever host SageMaker's reason names.
+        let reason = match (first.first(), end.failure_reason) {
+            (Some((host, exception)), Some(sagemaker)) if !sagemaker.contains(exception) => {
+                Some(format!(
+                    "{exception} (the first script to raise, on {host}; SageMaker's reason, \
+                     from the host that ended first: {sagemaker})"
+                ))
+            }
+            (_, reason) => reason,
+        };
         Err(Failure::JobFailed {
             name,
             status: end.status,
-            reason: end.failure_reason,
+            reason,
         })
     }
 }

@@ -125,7 +125,8 @@ fn remote(args: &LogsArgs, filter: Filter) -> Result<ExitCode, Failure> {
             }
         } else {
             // Everything there is now: read until a read brings nothing.
-            while read_into(&mut logs, &mut view).await? > 0 {}
+            let mut first = crate::first_raise::FirstRaise::default();
+            while read_into(&mut logs, &mut view, &mut first).await? > 0 {}
             if !logs.has_streams() {
                 eprintln!(
                     "no log lines yet for `{}` ({}{})",

@@ -375,3 +375,54 @@ fn ctrl_c_stops_following_and_leaves_the_job_running() {
         "the job is left alone"
     );
 }
+
+#[test]
+fn deploy_wait_names_the_script_that_raised_first_not_the_host_that_ended_first() {
+    // algo-1's script raises; algo-2's fails a moment later because its peer is gone, ends
+    // first, and is the host SageMaker's reason names.
+    let moto = Moto::start();
+    let writer = Arc::new(Writer::new(&moto.url));
+    let lines: Vec<(&'static str, String)> = [
+        ("algo-1", "[rank1]:Traceback (most recent call last):"),
+        ("algo-1", "[rank1]:  File \"train.py\", line 6, in <module>"),
+        ("algo-2", "Traceback (most recent call last):"),
+        (
+            "algo-2",
+            "  File \"distributed_c10d.py\", line 5356, in barrier",
+        ),
+        ("algo-2", "RuntimeError: Connection closed by peer"),
+        ("algo-1", "[rank1]:RuntimeError: rank 1 gives up on purpose"),
+    ]
+    .into_iter()
+    .map(|(host, line)| (host, line.to_owned()))
+    .collect();
+    let hook = move |i: usize| {
+        if i == 1 {
+            writer.write(&lines);
+        }
+    };
+    let sagemaker = "AlgorithmError: RuntimeError: Connection closed by peer (algo-2)";
+    let states = [
+        ("InProgress", "Training", None),
+        ("InProgress", "Training", None),
+        ("Failed", "Failed", Some(sagemaker)),
+        ("Failed", "Failed", Some(sagemaker)),
+    ];
+    let fixture = Fixture::with_upstream(&states, &moto.url, hook, 0);
+    let out = deploy_wait(&fixture, &[]).1.output().unwrap();
+    let err = stderr(&out);
+    assert_ne!(code(&out), 0, "{err}");
+    // The diagnostic wraps its lines behind a margin.
+    let flat = err
+        .split_whitespace()
+        .filter(|w| *w != "│")
+        .collect::<Vec<_>>()
+        .join(" ");
+    let cause = "ended Failed: RuntimeError: rank 1 gives up on purpose (the first script to \
+                 raise, on algo-1;";
+    assert!(flat.contains(cause), "{err}");
+    assert!(
+        flat.contains(sagemaker),
+        "SageMaker's own reason is kept: {err}"
+    );
+}
