@@ -19,7 +19,7 @@ const FINAL_PAUSE: Duration = Duration::from_secs(2);
 /// How following ended.
 pub enum Ended {
     /// The job ended with this status; which host's script raised first, per its logs.
-    Job(JobStatus, FirstRaise),
+    Job(Box<(JobStatus, FirstRaise)>),
     /// Ctrl-C: the job goes on.
     Interrupted,
 }
@@ -82,7 +82,7 @@ impl Follow<'_> {
                     };
                 }
                 view.flush();
-                return Ok(Ended::Job(status, first));
+                return Ok(Ended::Job(Box::new((status, first))));
             }
             tokio::select! {
                 _ = &mut interrupt => return Ok(Ended::Interrupted),

@@ -112,7 +112,7 @@ async fn wait(
     let ended = follow.run(&mut view).await;
     view.end();
     let (end, first) = match ended? {
-        Ended::Job(end, first) => (end, first),
+        Ended::Job(ended) => *ended,
         Ended::Interrupted => {
             eprintln!("{}", interrupted_note(&name));
             return Ok(ExitCode::from(130));
