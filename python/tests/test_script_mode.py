@@ -84,7 +84,18 @@ def test_the_pytorch_example_trains_on_two_trainer_hosts_fed_by_two_data_hosts(t
         assert "Reporting training SUCCESS" in Path(host["log"]).read_text()
     # Batches reach DDP in the parameters' layout: no gradient copied into its buckets.
     assert "Grad strides do not match" not in output
+    # A job starts from no checkpoint of an earlier one.
+    assert "resumed from" not in output
     assert_learned_once_per_epoch(root, audit_file)
+
+    # Continuing it, explicitly: every host starts with the checkpoint it left, at its end,
+    # so the script resumes there and trains no further.
+    (first,) = root.glob("build/digits/local/*/")
+    again = hetgen("deploy", "--local", "--resume-from", first.name, cwd=root, timeout=400)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output
+    epochs = json.loads(next(root.glob("build/**/model/metrics.json")).read_text())["epochs"]
+    assert f"at epoch {epochs}" in output, output
 
 
 def test_the_pytorch_dataset_example_trains_on_its_own_dataset_with_a_data_host_frozen(tmp_path):

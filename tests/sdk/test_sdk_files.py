@@ -261,6 +261,19 @@ def test_sdk_file_sends_the_rendered_request(example, sdk, moto, tmp_path, hetge
         if not want["HyperParameters"]:
             del want["HyperParameters"]
 
+    # Checkpoints go under `checkpoint_uri` and a name of the job's own, as with `hetgen
+    # deploy`: SDK 2.x's file names the job itself; SDK 3.x's ModelTrainer names it only when it
+    # submits it, so its file gives the location a name of the submission's own.
+    if "CheckpointConfig" in want:
+        uri = got["CheckpointConfig"]["S3Uri"]
+        prefix = want["CheckpointConfig"]["S3Uri"].removesuffix(f"{wanted}/")
+        if sdk.file == "estimator_sdk2.py":
+            assert uri == f"{prefix}{name}/", uri
+        else:
+            own = re.escape(prefix + wanted) + r"-\d{8}-\d{6}-[0-9a-f]{4}/"
+            assert re.fullmatch(own, uri), uri
+        got["CheckpointConfig"]["S3Uri"] = want["CheckpointConfig"]["S3Uri"]
+
     additions = sdk.additions(want)
     for member, value in additions.items():
         assert got.pop(member, None) == value, f"{member} should be {value!r}"

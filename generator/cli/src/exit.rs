@@ -137,6 +137,15 @@ pub enum Failure {
         )
     )]
     BadJobName { name: String },
+    /// `--resume-from` names a job whose checkpoints cannot be found.
+    #[error("cannot continue `{job}`: {why}")]
+    #[diagnostic(
+        code("hetgen::deploy::resume-from"),
+        help(
+            "name a job that kept checkpoints: one deployed from a spec with `[sagemaker] checkpoint_uri` (`hetgen list` shows recent jobs), or with --local an earlier run's folder under build/<job>/local/"
+        )
+    )]
+    NothingToResume { job: String, why: String },
     /// The job ended without completing.
     #[error("training job `{name}` ended {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     #[diagnostic(

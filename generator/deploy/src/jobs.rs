@@ -49,6 +49,8 @@ pub struct JobStatus {
     pub created: Option<String>,
     pub instance_groups: Vec<GroupStatus>,
     pub channels: Vec<ChannelStatus>,
+    /// Where the job's checkpoints are synced (`CheckpointConfig.S3Uri`), if anywhere.
+    pub checkpoint_uri: Option<String>,
 }
 
 impl JobStatus {
@@ -116,6 +118,10 @@ impl From<DescribeTrainingJobOutput> for JobStatus {
             created: time(out.creation_time()),
             instance_groups,
             channels,
+            checkpoint_uri: out
+                .checkpoint_config()
+                .and_then(|c| c.s3_uri())
+                .map(str::to_owned),
         }
     }
 }

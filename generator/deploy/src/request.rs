@@ -68,6 +68,19 @@ impl Request {
         Request(map)
     }
 
+    /// The same request with its checkpoints synced to `s3_uri` (`CheckpointConfig`, at the
+    /// usual `/opt/ml/checkpoints`).
+    pub fn with_checkpoint_uri(&self, s3_uri: &str) -> Self {
+        let mut map = self.0.clone();
+        let config = map
+            .entry("CheckpointConfig".to_owned())
+            .or_insert_with(|| serde_json::json!({"LocalPath": "/opt/ml/checkpoints"}));
+        if let Value::Object(config) = config {
+            config.insert("S3Uri".to_owned(), Value::String(s3_uri.to_owned()));
+        }
+        Request(map)
+    }
+
     /// Where the source bundle of a job on AWS's PyTorch image goes (the decoded
     /// `sagemaker_submit_directory`), `None` for a job on an image of its own.
     pub fn submit_directory(&self) -> Option<String> {

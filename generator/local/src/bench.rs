@@ -242,6 +242,7 @@ impl Setup {
             },
             seed: Some(1),
             framework: None,
+            resume_from: None,
         };
         let mut local = crate::prepare(job, options)?;
         for command in &mut local.commands {

@@ -166,6 +166,17 @@ pub enum LocalError {
     #[error("the trainer's `source_dir` `{}` is not a folder", path.display())]
     #[diagnostic(code("hetgen::local::source-dir"))]
     SourceDir { path: PathBuf },
+    /// `--resume-from` names no run of the job.
+    #[error("`{}` is not a local run to continue", path.display())]
+    #[diagnostic(
+        code("hetgen::local::resume-from"),
+        help("name an earlier run's folder (build/<job>/local/<run>) or just the run's name")
+    )]
+    NotARun {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A host process could not be started.
     #[error("cannot start host `{host}` (`{}`)", program.display())]
     #[diagnostic(code(hetgen::local::spawn))]

@@ -292,6 +292,22 @@ impl Layout {
         Ok(())
     }
 
+    /// Puts `files` (from [`checkpoints_of`]) into every host's `/opt/ml/checkpoints`.
+    pub fn restore_checkpoints(&self, files: &[(PathBuf, PathBuf)]) -> Result<(), LocalError> {
+        for host in &self.cluster.hosts {
+            let dir = self.host_paths(host).checkpoint_dir();
+            for (relative, from) in files {
+                let to = dir.join(relative);
+                if let Some(parent) = to.parent() {
+                    create_dir(parent)?;
+                }
+                std::fs::copy(from, &to)
+                    .map_err(|source| LocalError::Write { path: to, source })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes `target` show the channel as SageMaker would on `host`: the whole folder when the
     /// channel is replicated, every n-th file when it is sharded by key.
     fn mount(&self, channel: &LocalChannel, host: &Host, target: &Path) -> Result<(), LocalError> {
@@ -397,6 +413,36 @@ impl Layout {
         set(HOSTS_FILE_VAR, path(self.hosts_file()));
         env
     }
+}
+
+/// The checkpoint files the hosts of the earlier run in `run_dir` left, each by its path under
+/// `/opt/ml/checkpoints` and where it is: what a job continuing that run starts from (as
+/// SageMaker syncs every host's folder to one location; where two hosts wrote one name, the
+/// later host's copy is taken).
+pub fn checkpoints_of(run_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>, LocalError> {
+    let hosts = run_dir.join("hosts");
+    let entries = std::fs::read_dir(&hosts).map_err(|source| LocalError::NotARun {
+        path: run_dir.to_owned(),
+        source,
+    })?;
+    let mut found = BTreeMap::new();
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    for host in dirs {
+        let base = Paths { base: host }.checkpoint_dir();
+        let mut files = Vec::new();
+        if base.is_dir() {
+            list_files(&base, &mut files).map_err(|source| LocalError::NotARun {
+                path: run_dir.to_owned(),
+                source,
+            })?;
+        }
+        for file in files {
+            let relative = file.strip_prefix(&base).unwrap_or(&file).to_owned();
+            found.insert(relative, file);
+        }
+    }
+    Ok(found.into_iter().collect())
 }
 
 /// What every host of one run shares in its environment.

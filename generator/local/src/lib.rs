@@ -90,6 +90,10 @@ pub struct RunOptions {
     /// A job on AWS's PyTorch image: every host starts through AWS's training toolkit, from
     /// the source bundle, instead of running `launcher` ([`framework`]).
     pub framework: Option<FrameworkRun>,
+    /// An earlier run of the job to continue: every host starts with the checkpoints all of
+    /// its hosts left, as SageMaker restores a job's whole checkpoint location into every
+    /// host's `/opt/ml/checkpoints`. `None` starts from none.
+    pub resume_from: Option<PathBuf>,
 }
 
 /// A run set up on disk, ready to start.
@@ -174,7 +178,14 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         )?),
         false => None,
     };
+    let earlier = match &options.resume_from {
+        Some(run) => Some(layout::checkpoints_of(run)?),
+        None => None,
+    };
     layout.write()?;
+    if let Some(files) = &earlier {
+        layout.restore_checkpoints(files)?;
+    }
     let mut notes = Vec::new();
     let image = match &base {
         Some(base) => Some(base.lay_out(&layout.job_dir)?),

@@ -270,10 +270,12 @@ pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Crea
             subnets: v.subnets.clone(),
         }),
         enable_inter_container_traffic_encryption: sm.inter_container_encryption,
-        checkpoint_config: sm.checkpoint_uri.as_ref().map(|uri| CheckpointConfig {
-            s3_uri: uri.clone(),
-            local_path: "/opt/ml/checkpoints",
-        }),
+        checkpoint_config: sm
+            .checkpoint_uri_of(&job.name)
+            .map(|s3_uri| CheckpointConfig {
+                s3_uri,
+                local_path: "/opt/ml/checkpoints",
+            }),
         tags: tags(sm, spec_sha256),
     }
 }

@@ -80,6 +80,9 @@ struct Context<'a> {
     submit_directory: Option<String>,
     /// Framework mode: the hetgen wheel's file name in the bundle.
     wheel_file: String,
+    /// `checkpoint_uri` ending in `/`: the SDK files put each job's checkpoints under it and
+    /// the job's name, as `hetgen deploy` does.
+    checkpoint_prefix: Option<String>,
     /// Framework mode: the script's own requirements file, as named inside the bundle.
     user_requirements: Option<String>,
     /// Framework mode: the user's hyperparameters as values (the SDK 2.x file hands them to
@@ -177,6 +180,7 @@ impl<'a> Context<'a> {
                 .zip(framework)
                 .map(|(_, f)| f.submit_directory(&job.name)),
             wheel_file: crate::wheel_file_name(),
+            checkpoint_prefix: sm.and_then(hetgen_spec::model::SageMaker::checkpoint_prefix),
             user_requirements: job.trainer.script().and_then(crate::bundle_requirements),
             user_hyperparameters: sm
                 .filter(|_| framework.is_some())

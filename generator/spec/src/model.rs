@@ -546,10 +546,31 @@ pub struct SageMaker {
     pub vpc: Option<Vpc>,
     /// Inter-container traffic encryption.
     pub inter_container_encryption: bool,
-    /// Checkpoint sync prefix.
+    /// Checkpoint sync prefix: each job's checkpoints go under `<prefix>/<job name>/`
+    /// ([`SageMaker::checkpoint_uri_of`]).
     pub checkpoint_uri: Option<String>,
     /// Metric definitions: hetgen's, then the user's.
     pub metrics: Vec<Metric>,
+}
+
+impl SageMaker {
+    /// Where the job named `job_name` keeps its checkpoints: `<checkpoint_uri>/<job_name>/`.
+    ///
+    /// Per job, because SageMaker restores whatever the location holds into
+    /// `/opt/ml/checkpoints` before the job starts: one location for every job of a spec would
+    /// make each new job resume the last one's checkpoint (and one that had finished would
+    /// train no further). SageMaker's own restarts of the same job (spot, retries) keep the
+    /// name and so resume; continuing another job is asked for explicitly
+    /// (`hetgen deploy --resume-from JOB`, which reuses that job's location).
+    pub fn checkpoint_uri_of(&self, job_name: &str) -> Option<String> {
+        Some(format!("{}{job_name}/", self.checkpoint_prefix()?))
+    }
+
+    /// `checkpoint_uri` ending in exactly one `/`: what a job's name follows.
+    pub fn checkpoint_prefix(&self) -> Option<String> {
+        let prefix = self.checkpoint_uri.as_deref()?;
+        Some(format!("{}/", prefix.trim_end_matches('/')))
+    }
 }
 
 /// A script-mode job on AWS's prebuilt PyTorch training image (no `image_uri`).

@@ -31,6 +31,16 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // A fresh token per submission, only in the request: never in a rendered file.
     let token = hetgen_env::job_token().map_err(|source| Failure::Token { source })?;
     let request = request.renamed(&name).with_environment(TOKEN_VAR, &token);
+    // Each job keeps its checkpoints under a location of its own, unless it continues one.
+    let request = match (&args.resume_from, sm.checkpoint_uri_of(&name)) {
+        (Some(earlier), _) => {
+            let uri = super::block_on(resumed_checkpoints(args, &sm.region, earlier))?;
+            eprintln!("continuing `{earlier}`: starting from its checkpoints in {uri}");
+            request.with_checkpoint_uri(&uri)
+        }
+        (None, Some(uri)) => request.with_checkpoint_uri(&uri),
+        (None, None) => request,
+    };
     // On AWS's PyTorch image the code travels as a source bundle, uploaded before the job
     // that downloads it is submitted.
     let bundle = match request.submit_directory() {
@@ -63,6 +73,22 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
         }
         wait(args, &aws, &client, &job, name).await
     })
+}
+
+/// The checkpoint location of the earlier job `earlier`, which a `--resume-from` job reuses.
+async fn resumed_checkpoints(
+    args: &DeployArgs,
+    region: &str,
+    earlier: &str,
+) -> Result<String, Failure> {
+    let aws = hetgen_deploy::Aws::connect(&args.aws.connection(), Some(region)).await?;
+    let status = jobs::describe(&aws.sagemaker(), earlier).await?;
+    status
+        .checkpoint_uri
+        .ok_or_else(|| Failure::NothingToResume {
+            job: earlier.to_owned(),
+            why: "it was submitted without a CheckpointConfig".to_owned(),
+        })
 }
 
 /// The request `hetgen render` wrote to `job_root`.

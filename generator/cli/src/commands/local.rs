@@ -85,6 +85,14 @@ fn run_options(args: &DeployArgs, job: &Job, job_root: &Path) -> Result<RunOptio
         },
         seed: local.seed,
         framework,
+        // A run's folder, or its name among the job's runs.
+        resume_from: args.resume_from.as_ref().map(|run| {
+            let path = PathBuf::from(run);
+            match path.is_dir() || run.contains('/') {
+                true => path,
+                false => job_root.join("local").join(run),
+            }
+        }),
     })
 }
 

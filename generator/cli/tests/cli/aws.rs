@@ -732,3 +732,71 @@ fn the_upload_and_the_submission_share_one_credential_chain() {
     let calls = std::fs::read_to_string(&calls).unwrap();
     assert_eq!(calls.lines().count(), 2, "{calls}");
 }
+
+/// The name `hetgen deploy` printed for the job it submitted.
+fn submitted_name(out: &Output) -> String {
+    stderr(out)
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted training job `"))
+        .and_then(|l| l.split('`').next())
+        .expect("the job name is printed")
+        .to_owned()
+}
+
+#[test]
+fn each_job_keeps_its_checkpoints_apart_and_resume_from_continues_an_earlier_one() {
+    let moto = Moto::start();
+    let (project, wheel) = framework_project();
+    boto3(&moto, "s3.create_bucket(Bucket='example-bucket')");
+    let checkpoints = |name: &str| {
+        boto3(
+            &moto,
+            &format!(
+                "sm = boto3.client('sagemaker', region_name='us-east-1', endpoint_url=URL, \
+                 aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+                 print(sm.describe_training_job(TrainingJobName={name:?})\
+                 ['CheckpointConfig']['S3Uri'])"
+            ),
+        )
+        .trim()
+        .to_owned()
+    };
+    let prefix = "s3://example-bucket/checkpoints";
+    let first = deploy_with_wheel(&moto, project.path(), &wheel);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let second = deploy_with_wheel(&moto, project.path(), &wheel);
+    assert_eq!(code(&second), 0, "{}", stderr(&second));
+    let (first, second) = (submitted_name(&first), submitted_name(&second));
+    assert_ne!(first, second);
+    assert_eq!(checkpoints(&first), format!("{prefix}/{first}/"));
+    assert_eq!(checkpoints(&second), format!("{prefix}/{second}/"));
+
+    // A third job continues the first: its checkpoints, and says so.
+    let args = ["--wheel", wheel.to_str().unwrap(), "--resume-from", &first];
+    let third = deploy(&moto.url, project.path(), &args);
+    assert_eq!(code(&third), 0, "{}", stderr(&third));
+    assert!(
+        stderr(&third).contains(&format!("continuing `{first}`")),
+        "{}",
+        stderr(&third)
+    );
+    assert_eq!(
+        checkpoints(&submitted_name(&third)),
+        format!("{prefix}/{first}/")
+    );
+
+    // A job that does not exist is no start.
+    let args = [
+        "--wheel",
+        wheel.to_str().unwrap(),
+        "--resume-from",
+        "no-such-job",
+    ];
+    let refused = deploy(&moto.url, project.path(), &args);
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("no-such-job"),
+        "{}",
+        stderr(&refused)
+    );
+}

@@ -751,3 +751,46 @@ fn a_channel_only_in_s3_cannot_run_locally() {
         other => panic!("an S3-only channel gave {other:?}"),
     }
 }
+
+#[test]
+fn a_run_that_continues_another_starts_every_host_with_the_checkpoints_it_left() {
+    let (dir, first) = tiny_with_seed(Some(1));
+    // Two hosts of the first run checkpointed (one file by name on both: the later host's
+    // copy counts, as the later upload to one S3 location would).
+    let hosts: Vec<_> = first.commands.iter().map(|c| c.base_dir.clone()).collect();
+    for (base, text) in [
+        (&hosts[0], "from the first host"),
+        (&hosts[1], "from the second"),
+    ] {
+        let dir = base.join("checkpoints/step-40");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("model.pt"), text).unwrap();
+    }
+    std::fs::write(hosts[0].join("checkpoints/latest"), "step-40").unwrap();
+
+    let mut opts = options(dir.path(), &no_launcher(dir.path()));
+    opts.job_dir = dir.path().join("second");
+    opts.resume_from = Some(first.layout.job_dir.clone());
+    let second = prepare(&job(TINY), opts);
+    for command in &second.commands {
+        let checkpoints = command.base_dir.join("checkpoints");
+        let read = |p: &str| std::fs::read_to_string(checkpoints.join(p)).unwrap();
+        assert_eq!(read("latest"), "step-40", "{}", command.host.name);
+        assert_eq!(read("step-40/model.pt"), "from the second");
+    }
+
+    // A run without it starts from none; a folder that is no run is refused, and no run is
+    // laid out.
+    let (_other, fresh) = tiny_with_seed(Some(1));
+    for command in &fresh.commands {
+        let checkpoints = command.base_dir.join("checkpoints");
+        assert_eq!(std::fs::read_dir(checkpoints).unwrap().count(), 0);
+    }
+    let mut opts = options(dir.path(), &no_launcher(dir.path()));
+    opts.job_dir = dir.path().join("third");
+    opts.resume_from = Some(dir.path().join("no-such-run"));
+    assert!(matches!(
+        refused(&job(TINY), opts),
+        LocalError::NotARun { .. }
+    ));
+}

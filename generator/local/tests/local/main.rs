@@ -76,6 +76,7 @@ pub fn options(dir: &Path, launcher: &Path) -> RunOptions {
         },
         seed: Some(7),
         framework: None,
+        resume_from: None,
     }
 }
 

@@ -61,6 +61,7 @@ pub fn prepare_with_env(job: &Job, dir: &Path, seed: u64, env: Vec<(String, Stri
         },
         seed: Some(seed),
         framework: None,
+        resume_from: None,
     };
     hetgen_local::prepare(job, options).unwrap()
 }
