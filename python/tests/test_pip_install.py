@@ -173,3 +173,27 @@ def test_the_wheel_alone_deploys_a_bundle_holding_that_same_wheel(installed, whe
     with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
         shipped = tar.extractfile(wheel.name).read()
     assert wheel_files(shipped) == wheel_files(wheel.read_bytes())
+
+
+def test_what_needs_a_checkout_says_so(installed, tmp_path):
+    env = user_env(installed, tmp_path / "home")
+    # The tiny example trains with hetgen's built-in libtorch trainer, whose launcher is built
+    # from hetgen's Rust source.
+    assert hetgen(env, "new", "tiny", cwd=tmp_path).returncode == 0
+    root = tmp_path / "tiny"
+    assert hetgen(env, "render", cwd=root).returncode == 0
+    run = hetgen(env, "deploy", "--local", cwd=root, timeout=60)
+    assert run.returncode != 0
+    said = flat(run.stderr)
+    assert "hetgen's built-in trainer runs a launcher built from hetgen's Rust source" in said, said
+    assert "make build" in said, said
+    assert not (root / "build" / "tiny" / "local").exists()
+    profile = hetgen(env, "profile", cwd=root, timeout=60)
+    assert profile.returncode != 0
+    said = flat(profile.stderr)
+    assert "which the wheel's `hetgen` leaves out" in said and "make build" in said, said
+
+
+def flat(message: str) -> str:
+    """A diagnostic's words on one line, without the margin it wraps its lines behind."""
+    return " ".join(w for w in message.split() if w != "│")
