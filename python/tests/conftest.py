@@ -268,3 +268,26 @@ def audit(path: Path) -> list[tuple[int, int]]:
         epoch, sample = line.split()
         out.append((int(epoch), int(sample)))
     return out
+
+
+@pytest.fixture(scope="session")
+def wheel() -> Path:
+    """The wheel `make wheel` built (HETGEN_WHEEL)."""
+    path = os.environ.get("HETGEN_WHEEL")
+    if not path or not Path(path).is_file():
+        pytest.fail(f"HETGEN_WHEEL must name the built wheel (make test sets it); it is {path!r}")
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A new venv of this interpreter with only the wheel (and its one dependency, numpy)
+    installed, so nothing of the test environment's own hetgen is used: its `bin`."""
+    venv = tmp_path_factory.mktemp("wheel-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+         "--disable-pip-version-check", str(wheel)],
+        capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr
+    return venv / "bin"

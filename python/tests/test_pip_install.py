@@ -3,7 +3,8 @@ no Rust toolchain and none of the project's caches, scaffolds, renders and runs 
 example through AWS's training toolkit, and deploys it to an S3 and SageMaker emulator (moto's
 server) with that same wheel in the uploaded bundle.
 
-The wheel is the one `make wheel` built (HETGEN_WHEEL), installed into a new venv; the local
+The wheel is the one `make wheel` built (HETGEN_WHEEL), installed into a new venv (conftest's
+`installed`); the local
 run's image stands on this interpreter's environment (PyTorch and AWS's toolkit), whose own
 hetgen the hosts never see: each host's toolkit installs the bundle's wheel.
 """
@@ -13,38 +14,17 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from conftest import hetgen_fixtures
+
 REGION = "us-east-1"
-
-
-@pytest.fixture(scope="module")
-def wheel() -> Path:
-    path = os.environ.get("HETGEN_WHEEL")
-    if not path or not Path(path).is_file():
-        pytest.fail(f"HETGEN_WHEEL must name the built wheel (make test sets it); it is {path!r}")
-    return Path(path)
-
-
-@pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> Path:
-    """A new venv with only the wheel (and numpy) installed: its `bin`."""
-    venv = tmp_path_factory.mktemp("pip-venv")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-         "--disable-pip-version-check", str(wheel)],
-        capture_output=True, text=True, timeout=600)
-    assert install.returncode == 0, install.stderr
-    return venv / "bin"
 
 
 def user_env(installed: Path, home: Path, **more: str) -> dict:
@@ -128,29 +108,13 @@ def test_a_broken_wheel_fails_the_local_job_as_sagemaker_would(installed, wheel,
 
 @pytest.fixture(scope="module")
 def moto():
-    """moto's server (S3 and SageMaker), on a free port: yields its URL."""
+    """moto's server (S3 and SageMaker): yields its URL."""
     binary = os.environ.get("HETGEN_MOTO_SERVER")
     if not binary:
         pytest.fail("HETGEN_MOTO_SERVER is not set: point it at moto's `moto_server` "
                     "(make test does)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, "moto_server"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.kill()
-        server.wait()
+    with hetgen_fixtures.moto_server(binary) as url:
+        yield url
 
 
 def test_the_wheel_alone_deploys_a_bundle_holding_that_same_wheel(installed, wheel, moto,

@@ -10,7 +10,6 @@ environment's own copy of hetgen is used.
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import zipfile
 from pathlib import Path
@@ -23,24 +22,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="module")
-def wheel() -> Path:
-    path = os.environ.get("HETGEN_WHEEL")
-    if not path or not Path(path).is_file():
-        pytest.fail(f"HETGEN_WHEEL must name the built wheel (make test sets it); it is {path!r}")
-    return Path(path)
-
-
-@pytest.fixture(scope="module")
-def fresh(wheel, tmp_path_factory) -> Path:
-    """A new venv with the wheel (and its one dependency, numpy) installed: its python."""
-    venv = tmp_path_factory.mktemp("fresh-venv")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
-        capture_output=True, text=True, timeout=600)
-    assert install.returncode == 0, install.stderr
-    return python
+def fresh(installed) -> Path:
+    """The python of a new venv with only the wheel installed (conftest's `installed`)."""
+    return installed / "python"
 
 
 def tags(wheel: Path) -> list[str]:

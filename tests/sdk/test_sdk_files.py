@@ -20,10 +20,9 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
+import sys
 import tarfile
-import time
 import tomllib
 
 import boto3
@@ -31,6 +30,9 @@ import boto3
 import pytest
 
 REPO = pathlib.Path(os.environ.get("HETGEN_REPO") or pathlib.Path(__file__).resolve().parents[2])
+# moto's server, as the package's tests start it too (tests/fixtures).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures"))
+import hetgen_fixtures  # noqa: E402
 # Single-file examples and the project examples (a folder with hetgen.toml and its script).
 EXAMPLES = sorted(p for p in [*(REPO / "examples").glob("*.toml"),
                               *(REPO / "examples").glob("*/hetgen.toml")]
@@ -102,26 +104,9 @@ def moto(tmp_path_factory):
                     "(make test does)")
     recording = tmp_path_factory.mktemp("moto") / "recording.jsonl"
     recording.touch()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording))
-    server = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto_server did not start"
-                assert server.poll() is None, "moto_server exited"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}", recording
-    finally:
-        server.kill()
-        server.wait()
+    env = {"MOTO_ENABLE_RECORDING": "True", "MOTO_RECORDER_FILEPATH": str(recording)}
+    with hetgen_fixtures.moto_server(binary, env) as url:
+        yield url, recording
 
 
 def sent_requests(recording):
