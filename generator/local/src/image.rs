@@ -118,6 +118,9 @@ impl Base {
             )),
             Err(e) => missing.push(format!("a working `python` ({e})")),
         }
+        if site.is_none() && missing.is_empty() {
+            missing.push("a `python` that says where its packages are".to_owned());
+        }
         match site {
             Some(site) if missing.is_empty() => Ok(Base { bin, site }),
             _ => Err(LocalError::NoToolkit {
