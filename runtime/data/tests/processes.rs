@@ -100,6 +100,11 @@ impl Cluster {
         Client::connect(&self.hosts(names), job.pipeline.output_shape, config).unwrap()
     }
 
+    /// `client` tells the servers the trainer host finished, as its launcher does at the end.
+    fn finished(&self, client: &Client, reason: &str) -> Vec<(String, String)> {
+        client.finished(&self.trainer, false, reason)
+    }
+
     fn failure(&self, host: &str) -> PathBuf {
         self.dir.path().join(host).join("output/failure")
     }
@@ -168,7 +173,7 @@ fn consume_slowly(stream: &mut impl BatchStream, mut each: impl FnMut(usize)) ->
 #[test]
 fn one_of_three_servers_killed_mid_epoch_loses_and_repeats_nothing() {
     let job = job();
-    let (_cluster, mut children, client) = three_servers(&job);
+    let (cluster, mut children, client) = three_servers(&job);
     let mut stream = client.stream(input(&job, &client, 2, false), None);
     let batches = consume_slowly(&mut stream, |n| {
         if n == 12 {
@@ -178,8 +183,8 @@ fn one_of_three_servers_killed_mid_epoch_loses_and_repeats_nothing() {
     });
     assert_exactly_once(&batches, 2, 600);
     assert!(
-        client
-            .shutdown("done")
+        cluster
+            .finished(&client, "done")
             .iter()
             .all(|(host, _)| host == "algo-2")
     );
@@ -227,7 +232,7 @@ fn stopped_while_streaming() -> (Cluster, Reaper, Client, RemoteStream) {
 
 #[test]
 fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
-    let (_cluster, mut children, client, mut stream) = stopped_while_streaming();
+    let (cluster, mut children, client, mut stream) = stopped_while_streaming();
     // The whole job is being stopped and the trainer's own signal is on its way: the server
     // goes on serving it meanwhile instead of failing its stream.
     std::thread::sleep(Duration::from_millis(500));
@@ -240,7 +245,7 @@ fn sigterm_lets_a_streaming_trainer_finish_before_the_server_stops() {
     assert!(children.0[0].try_wait().unwrap().is_none());
     drop(stream);
     // The trainer's launcher says it finished: the server stops at once, cleanly.
-    let unreached = client.shutdown("stopped");
+    let unreached = cluster.finished(&client, "stopped");
     assert!(unreached.is_empty(), "{unreached:?}");
     exits_saying(&mut children.0[0], 4, "SIGTERM received");
 }
@@ -444,7 +449,7 @@ fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed_when_idle()
     std::thread::sleep(Duration::from_secs(7).saturating_sub(flooded.elapsed()));
     assert_eq!(held(&flood), 0);
     one_epoch(&client, &job);
-    client.shutdown("done");
+    cluster.finished(&client, "done");
     exits_saying(&mut children.0[0], 5, "closed the quietest");
 }
 
@@ -496,7 +501,7 @@ fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
     let job = job();
     let client = cluster.connect(&job, &["algo-1"]);
     one_epoch(&client, &job);
-    client.shutdown("done");
+    cluster.finished(&client, "done");
     exits_saying(&mut children.0[0], 5, "backing off");
     drop(flood);
 }
@@ -505,7 +510,7 @@ fn out_of_descriptors_the_accept_loop_waits_and_quiet_connections_make_room() {
 fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
     let job = job();
     // A stall timeout far beyond the freeze: the frozen server must not count as lost.
-    let (_cluster, mut children, client) = three_servers(&job);
+    let (cluster, mut children, client) = three_servers(&job);
     let mut stream = client.stream(input(&job, &client, 30, false), None);
     let mut frozen_at = None;
     let mut resumed_at = None;
@@ -544,7 +549,7 @@ fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
         "algo-2 served nothing after it resumed ({served} batches in all)"
     );
     assert!(client.report().backup_shards > 0);
-    client.shutdown("done");
+    cluster.finished(&client, "done");
     for child in children.0.iter_mut() {
         let (status, stderr) =
             exited_within(child, Duration::from_secs(5)).expect("exits on Shutdown");

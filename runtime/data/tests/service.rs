@@ -643,6 +643,13 @@ fn a_server_stops_once_every_trainer_host_has_finished() {
     // A fast host that finished does not cut the slow one off; a stranger is refused, whether
     // or not it says it failed.
     assert!(client.finished("algo-4", false, "done").is_empty());
+    // Nor does a Shutdown that names no host: inside a job it is no trainer host's word.
+    let refused = client.shutdown("done");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].1.contains("`` is not a trainer host"),
+        "{refused:?}"
+    );
     for failed in [false, true] {
         let refused = client.finished("algo-9", failed, "done");
         assert_eq!(refused.len(), 1, "{refused:?}");
@@ -710,6 +717,8 @@ fn inside_a_job_trainer_ids_name_its_trainer_hosts() {
         "algo-9/rank-0",
         "algo-3/rank-65536",
         "algo-3/rank-+1",
+        "algo-3/rank-01",
+        "algo-3/rank-00",
         "algo-3/rank-x",
         "algo-3",
         "/rank-0",

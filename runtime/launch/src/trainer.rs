@@ -134,7 +134,7 @@ impl<'a> Training<'a> {
             |config, start| client.stream(config, start),
             || client.report(),
         );
-        shutdown(&client, &result);
+        shutdown(&client, env, &result);
         Ok(result?)
     }
 
@@ -197,19 +197,22 @@ fn record(summary: Summary, paths: &Paths) -> Result<Summary, hetgen_trainer::Tr
     Ok(summary)
 }
 
-fn shutdown<T, E: std::fmt::Display>(client: &Client, result: &Result<T, E>) {
+/// Tells the data servers that this trainer host finished (or failed): a server stops once
+/// every trainer host of the job has, or at once on a failure.
+fn shutdown<T, E: std::fmt::Display>(client: &Client, env: &Env, result: &Result<T, E>) {
     let reason = match result {
         Ok(_) => "training finished".to_owned(),
         Err(e) => format!("trainer failed: {e}"),
     };
-    for (host, why) in client.shutdown(&reason) {
+    let host = &env.resources.current_host;
+    for (host, why) in client.finished(host, result.is_err(), &reason) {
         tracing::warn!(%host, %why, "could not tell a data server to stop (its watchdog will)");
     }
 }
 
 fn shutdown_unused<T, E: std::fmt::Display>(job: &Job, env: &Env, result: &Result<T, E>) {
     match connect_to_job(job, env, trainer_id(env, 0), None, |_| {}) {
-        Ok(client) => shutdown(&client, result),
+        Ok(client) => shutdown(&client, env, result),
         Err(e) => {
             tracing::warn!(error = %e, "could not reach the data servers to stop them (their watchdog will)")
         }

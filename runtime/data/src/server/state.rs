@@ -144,7 +144,10 @@ impl Shared {
     /// that is not one of the job's trainer hosts is refused, failed or not: only a trainer of
     /// this job may end it.
     pub(crate) fn finished(&self, host: &str, failed: bool) -> Result<Vec<String>, Refusal> {
-        if host.is_empty() || self.config.trainer_hosts.is_empty() {
+        // Outside a job any trainer may end the service. Inside one only a trainer host does
+        // (an empty host, too, is no trainer host): a peer with the token could otherwise
+        // stop every server while the job's trainers still train.
+        if self.config.trainer_hosts.is_empty() {
             return Ok(Vec::new());
         }
         if !self.config.is_trainer_host(host) {

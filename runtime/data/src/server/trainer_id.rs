@@ -41,7 +41,10 @@ pub(crate) fn check_trainer_id(id: &str, config: &ServerConfig) -> Result<(), Re
         config.is_trainer_host(host)
             && (who == "launcher"
                 || rank.is_some_and(|r| {
-                    !r.starts_with('+') && r.parse::<u32>().is_ok_and(|r| r <= MAX_RANK)
+                    // Written as a client writes it, so that one rank is one id: `rank-01`
+                    // and `rank-+1` would be a second trainer for rank 1.
+                    r.parse::<u32>()
+                        .is_ok_and(|n| n <= MAX_RANK && n.to_string() == r)
                 }))
     });
     if ours {
