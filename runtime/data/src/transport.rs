@@ -112,8 +112,8 @@ async fn read_body(body: tonic::body::Body, limit: usize) -> Result<bytes::Bytes
     }
 }
 
-/// A shard request's body, read within [`BODY_DEADLINE`]. Its frame's declared size is
-/// reserved from the server's memory budget before more than its first bytes are kept, so
+/// A shard request's body, read within [`BODY_DEADLINE`]. Its bytes are reserved from the
+/// server's memory budget as they arrive (never the size its frame header declares), so
 /// bodies still arriving count with the batches in flight; the reservation ends with the body.
 async fn shard_body(service: &Service, body: tonic::body::Body) -> Result<bytes::Bytes, Refusal> {
     let budget = &service.0.budget;
@@ -126,30 +126,38 @@ async fn shard_body(service: &Service, body: tonic::body::Body) -> Result<bytes:
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
             };
-            bytes.extend_from_slice(&data);
-            if bytes.len() > MAX_SHARD_REQUEST + 5 {
+            if bytes.len() + data.len() > MAX_SHARD_REQUEST + 5 {
                 return Err(Refusal::BodyTooLarge {
                     limit: MAX_SHARD_REQUEST + 5,
                 });
             }
-            if reserved.is_none() && bytes.len() >= 5 {
+            let more = budget
+                .reserve(data.len() as u64, budget::WAIT)
+                .await
+                .map_err(|short| match short {
+                    budget::Short::Never => Refusal::BodyTooLarge {
+                        limit: budget.bytes() as usize,
+                    },
+                    budget::Short::Busy => Refusal::BodyBudgetBusy {
+                        size: bytes.len() + data.len(),
+                        budget_mib: budget.mib(),
+                        waited_s: budget::WAIT.as_secs(),
+                    },
+                })?;
+            match &mut reserved {
+                Some(reserved) => reserved.join(more),
+                None => reserved = Some(more),
+            }
+            bytes.extend_from_slice(&data);
+            // A frame that says it is larger than any shard request is refused before the rest
+            // of it arrives.
+            if bytes.len() >= 5 {
                 let said = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
                 if said > MAX_SHARD_REQUEST {
                     return Err(Refusal::BodyTooLarge {
                         limit: MAX_SHARD_REQUEST + 5,
                     });
                 }
-                let reservation = budget.reserve(said as u64 + 5, budget::WAIT).await;
-                reserved = Some(reservation.map_err(|short| match short {
-                    budget::Short::Never => Refusal::BodyTooLarge {
-                        limit: budget.bytes() as usize,
-                    },
-                    budget::Short::Busy => Refusal::BodyBudgetBusy {
-                        size: said + 5,
-                        budget_mib: budget.mib(),
-                        waited_s: budget::WAIT.as_secs(),
-                    },
-                })?);
             }
         }
         Ok(bytes.freeze())

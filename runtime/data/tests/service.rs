@@ -998,3 +998,61 @@ fn with_hybrid_input_the_local_pipeline_backs_up_a_straggler_like_a_server() {
     assert_exactly_once(&batches, 2, 600);
     assert!(backups > 0, "no shard of the straggler was backed up");
 }
+
+/// Opens a StreamShard request on a raw HTTP/2 connection and sends only the first `sent`
+/// bytes of a body whose frame header declares `declared` bytes; the request stays open
+/// while the returned connection lives.
+async fn partial_shard_request(
+    server: &TestServer,
+    declared: u32,
+    sent: usize,
+) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(server.address)
+        .await
+        .unwrap();
+    let (h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut h2 = h2.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/hetgen.data.v1.DataService/StreamShard",
+        server.address
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("authorization", format!("Bearer {TOKEN}"))
+    .body(())
+    .unwrap();
+    let (_response, mut body) = h2.send_request(request, false).unwrap();
+    let mut frame = vec![0u8];
+    frame.extend(declared.to_be_bytes());
+    frame.resize(sent, 0);
+    body.send_data(frame.into(), false).unwrap();
+    // The body stays unfinished: `body` is leaked on purpose, with its stream.
+    std::mem::forget(body);
+    h2
+}
+
+#[test]
+fn request_bodies_hold_the_budget_they_sent_not_the_size_they_declare() {
+    let job = job();
+    // Room for one stream of 16-sample batches (13 KiB); the four bodies declare 24 KiB.
+    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 20 << 10);
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    let _peers: Vec<_> = (0..4)
+        .map(|_| rt.block_on(partial_shard_request(&server, 6 << 10, 12)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // The trainer's stream fits at once: the four bodies hold the 12 bytes each sent. Once
+    // they reserved what they declared, and it waited for their deadline.
+    let started = Instant::now();
+    let mut stream = rt
+        .block_on(client.stream_shard(shard_of("algo-1/rank-0", 0, 16)))
+        .unwrap()
+        .into_inner();
+    while rt.block_on(stream.message()).unwrap().is_some() {}
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the stream waited {:?}",
+        started.elapsed()
+    );
+}

@@ -5,15 +5,22 @@
 //!
 //! A shard stream reserves its worst case when it opens (4 batches: the two queued in its
 //! channel, the one the engine made and is waiting to queue, the one being written) and gives
-//! it back when its response ends or is dropped. A shard request reserves its declared size
-//! before its body is read. A reservation that does not fit waits up to [`WAIT`] for others to
-//! end, then is refused with `RESOURCE_EXHAUSTED`; a batch too large for the whole budget is
-//! refused at once.
+//! it back when its response ends or is dropped. A shard request's body reserves its bytes as
+//! they arrive, never a size its frame header merely declares (a peer could declare 16 MiB and
+//! send 5 bytes). A reservation that does not fit waits up to [`WAIT`] for others to end,
+//! holding nothing meanwhile, then is refused with `RESOURCE_EXHAUSTED`; one too large for the
+//! whole budget is refused at once.
+//!
+//! Grants are not first come, first served: a waiting reservation that does not fit takes no
+//! bytes while it waits, and a smaller one that fits goes ahead of it. (A FIFO semaphore lets
+//! its waiting head collect what others give back, so one request that could never fit,
+//! repeated, held up every stream behind it.) A large reservation may therefore wait while
+//! small ones keep the budget busy; it is refused after [`WAIT`], and its client retries.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 /// Sets the budget in MiB (default: half the host's memory).
 pub const MEMORY_VAR: &str = "HETGEN_DATA_MEMORY_MIB";
@@ -28,20 +35,53 @@ pub(crate) const BATCHES_PER_STREAM: u64 = 4;
 /// Budget without a readable `/proc/meminfo`.
 const FALLBACK: u64 = 4 << 30;
 
-/// Reservations count KiB: a semaphore's permits are counted in `u32` per acquisition.
-const UNIT: u64 = 1024;
-
 /// The budget: `bytes` in all, shared.
 #[derive(Clone)]
 pub(crate) struct Budget {
-    permits: Arc<Semaphore>,
+    shared: Arc<Shared>,
     bytes: u64,
 }
 
+struct Shared {
+    /// Bytes not reserved.
+    free: Mutex<u64>,
+    /// Woken whenever bytes are given back.
+    given_back: Notify,
+}
+
 /// Bytes reserved; given back when dropped.
-#[derive(Debug)]
 pub(crate) struct Reservation {
-    _permit: OwnedSemaphorePermit,
+    shared: Arc<Shared>,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Reservation({} bytes)", self.bytes)
+    }
+}
+
+impl Reservation {
+    /// One reservation of both, given back together.
+    pub(crate) fn join(&mut self, mut other: Reservation) {
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            *self.shared.free() += self.bytes;
+            self.shared.given_back.notify_waiters();
+        }
+    }
+}
+
+impl Shared {
+    fn free(&self) -> std::sync::MutexGuard<'_, u64> {
+        // Only additions and subtractions happen under it: a poisoned count is still right.
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// What a reservation that could not be made ran into.
@@ -55,10 +95,12 @@ pub(crate) enum Short {
 
 impl Budget {
     pub(crate) fn new(bytes: u64) -> Self {
-        let units = (bytes / UNIT).min(Semaphore::MAX_PERMITS as u64);
         Budget {
-            permits: Arc::new(Semaphore::new(units as usize)),
-            bytes: units * UNIT,
+            shared: Arc::new(Shared {
+                free: Mutex::new(bytes),
+                given_back: Notify::new(),
+            }),
+            bytes,
         }
     }
 
@@ -74,22 +116,33 @@ impl Budget {
 
     /// Bytes reserved now.
     pub(crate) fn in_use(&self) -> u64 {
-        self.bytes - self.permits.available_permits() as u64 * UNIT
+        self.bytes - *self.shared.free()
     }
 
     /// Reserve `bytes`, waiting up to `wait` for other reservations to end.
     pub(crate) async fn reserve(&self, bytes: u64, wait: Duration) -> Result<Reservation, Short> {
-        let units = bytes.div_ceil(UNIT);
-        if units * UNIT > self.bytes {
+        if bytes > self.bytes {
             return Err(Short::Never);
         }
-        // Fits in u32: the budget's units do, and `units` is no more than them.
-        let units = u32::try_from(units).map_err(|_| Short::Never)?;
-        let permits = self.permits.clone().acquire_many_owned(units);
-        match tokio::time::timeout(wait, permits).await {
-            Ok(Ok(permit)) => Ok(Reservation { _permit: permit }),
-            // The semaphore is never closed; a closed one can grant nothing.
-            Ok(Err(_)) | Err(_) => Err(Short::Busy),
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the count is looked at, so a give-back in between wakes it.
+            let given_back = self.shared.given_back.notified();
+            let mut given_back = std::pin::pin!(given_back);
+            given_back.as_mut().enable();
+            {
+                let mut free = self.shared.free();
+                if *free >= bytes {
+                    *free -= bytes;
+                    return Ok(Reservation {
+                        shared: self.shared.clone(),
+                        bytes,
+                    });
+                }
+            }
+            if tokio::time::timeout_at(deadline, given_back).await.is_err() {
+                return Err(Short::Busy);
+            }
         }
     }
 }
@@ -164,6 +217,34 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         drop(a);
         assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_reservation_that_cannot_fit_holds_nothing_and_smaller_ones_go_ahead() {
+        let budget = Budget::new(10 << 20);
+        let held = budget.reserve(6 << 20, WAIT).await.unwrap();
+        let large = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.reserve(8 << 20, Duration::from_millis(300)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // A FIFO semaphore's waiting head would have taken the 4 MiB free and made these wait.
+        assert_eq!(budget.in_use(), 6 << 20, "the waiting one holds nothing");
+        let small = budget.reserve(3 << 20, Duration::ZERO).await.unwrap();
+        let more = budget.reserve(1 << 20, Duration::ZERO).await.unwrap();
+        assert_eq!(large.await.unwrap().unwrap_err(), Short::Busy);
+        drop((held, small, more));
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn joined_reservations_are_given_back_together() {
+        let budget = Budget::new(1 << 20);
+        let mut a = budget.reserve(1000, WAIT).await.unwrap();
+        a.join(budget.reserve(24, WAIT).await.unwrap());
+        assert_eq!(budget.in_use(), 1024);
+        drop(a);
+        assert_eq!(budget.in_use(), 0);
     }
 
     #[test]
