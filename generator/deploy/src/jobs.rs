@@ -1,5 +1,7 @@
 //! Submit, describe, stop and list training jobs (the CLI follows them: `follow.rs`).
 
+use std::collections::BTreeMap;
+
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::operation::describe_training_job::DescribeTrainingJobOutput;
 use aws_sdk_sagemaker::primitives::{DateTime, DateTimeFormat};
@@ -137,6 +139,25 @@ pub async fn describe(client: &Client, name: &str) -> Result<JobStatus, DeployEr
         .map_err(|e| DeployError::from_sdk("DescribeTrainingJob", name, e))
 }
 
+/// The tags of the job `name` (ListTags of its `arn`), by key.
+pub async fn tags(
+    client: &Client,
+    name: &str,
+    arn: &str,
+) -> Result<BTreeMap<String, String>, DeployError> {
+    let out = client
+        .list_tags()
+        .resource_arn(arn)
+        .send()
+        .await
+        .map_err(|e| DeployError::from_sdk("ListTags", name, e))?;
+    Ok(out
+        .tags()
+        .iter()
+        .map(|t| (text(t.key()), text(t.value())))
+        .collect())
+}
+
 /// StopTrainingJob: SageMaker sends SIGTERM to every instance and gives them 120 s.
 pub async fn stop(client: &Client, name: &str) -> Result<(), DeployError> {
     client
@@ -170,20 +191,11 @@ pub async fn list(client: &Client, max: i32) -> Result<Vec<JobSummary>, DeployEr
         .map_err(|e| DeployError::from_sdk("ListTrainingJobs", "", e))?;
     let mut jobs = Vec::new();
     for job in out.training_job_summaries() {
-        let tags = client
-            .list_tags()
-            .set_resource_arn(job.training_job_arn().map(str::to_owned))
-            .send()
-            .await
-            .map_err(|e| DeployError::from_sdk("ListTags", &text(job.training_job_name()), e))?;
-        let version = tags
-            .tags()
-            .iter()
-            .find(|t| t.key() == Some(VERSION_TAG))
-            .map(|t| text(t.value()));
-        if let Some(hetgen_version) = version {
+        let name = text(job.training_job_name());
+        let mut tags = tags(client, &name, &text(job.training_job_arn())).await?;
+        if let Some(hetgen_version) = tags.remove(VERSION_TAG) {
             jobs.push(JobSummary {
-                name: text(job.training_job_name()),
+                name,
                 status: text(job.training_job_status().map(|s| s.as_str())),
                 created: time(job.creation_time()),
                 hetgen_version,

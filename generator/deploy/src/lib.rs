@@ -6,7 +6,7 @@
 //! - [`Aws`]: clients from the default credential chain, a profile, a region and an optional
 //!   endpoint (emulators, VPC endpoints).
 //! - [`request`]: the rendered JSON request turned into the SDK's call.
-//! - [`jobs`]: submit, describe, stop, list.
+//! - [`jobs`]: submit, describe, stop, list, and a job's tags.
 //! - [`upload`]: a job's source bundle to S3 (jobs on AWS's PyTorch image).
 //! - [`logs`]: a job's CloudWatch logs, every host's stream, followed exactly once.
 //! - [`pricing`]: current on-demand training prices from the AWS Price List API, and their cache.
@@ -24,8 +24,6 @@ pub mod upload;
 pub use aws_sdk_sagemaker::Client as SageMakerClient;
 pub use connect::{Aws, Connection};
 pub use error::DeployError;
+pub use hetgen_spec::model::{JOB_TAG, VERSION_TAG};
 pub use jobs::JobStatus;
 pub use suffix::unique_name;
-
-/// The tag that marks jobs hetgen started (`hetgen list` filters on it).
-pub const VERSION_TAG: &str = "hetgen:version";

@@ -1,7 +1,9 @@
 //! The rendered `create-training-job.json`, sent as it is.
 //!
 //! hetgen submits exactly what `hetgen render` wrote: the JSON's members map one to one onto the
-//! SDK's builders. Only the job name (the unique suffix) and nothing else may change on the way.
+//! SDK's builders. Only what is the submission's own changes on the way: the job name (the
+//! unique suffix), the job token in Environment, and the checkpoint location that goes with the
+//! name (or with the job a submission continues).
 
 use aws_sdk_sagemaker::Client;
 use aws_sdk_sagemaker::operation::create_training_job::builders::CreateTrainingJobFluentBuilder;

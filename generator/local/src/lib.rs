@@ -187,6 +187,14 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
         layout.restore_checkpoints(files)?;
     }
     let mut notes = Vec::new();
+    if let (Some(run), Some(files)) = (&options.resume_from, &earlier) {
+        notes.push(format!(
+            "continuing the run in {}: every host starts with the {} checkpoint file(s) its \
+             hosts left",
+            run.display(),
+            files.len()
+        ));
+    }
     let image = match &base {
         Some(base) => Some(base.lay_out(&layout.job_dir)?),
         None => None,

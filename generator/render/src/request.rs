@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use hetgen_spec::Job;
-use hetgen_spec::model::{Distribution, InputMode, S3Distribution, SageMaker};
+use hetgen_spec::model::{
+    Distribution, InputMode, JOB_TAG, S3Distribution, SPEC_TAG, SageMaker, VERSION_TAG,
+};
 use serde::Serialize;
 
 /// Hyperparameters the SageMaker Python SDK sets for a distribution strategy; the training
@@ -66,25 +68,23 @@ pub fn environment(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
     env
 }
 
-/// The tags on every job: the spec's, then hetgen's version and the spec's hash.
-pub fn tags(sm: &SageMaker, spec_sha256: &str) -> Vec<Tag> {
-    let mut tags: Vec<Tag> = sm
-        .tags
+/// The tags on every job: the spec's, then hetgen's ([`hetgen_spec::model::HETGEN_TAGS`]): its
+/// version, the spec's hash and the spec's job name.
+pub fn tags(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Vec<Tag> {
+    let tag = |key: &str, value: &str| Tag {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    };
+    let hetgen = [
+        tag(VERSION_TAG, env!("CARGO_PKG_VERSION")),
+        tag(SPEC_TAG, spec_sha256),
+        tag(JOB_TAG, &job.name),
+    ];
+    sm.tags
         .iter()
-        .map(|(k, v)| Tag {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect();
-    tags.push(Tag {
-        key: "hetgen:version".to_owned(),
-        value: env!("CARGO_PKG_VERSION").to_owned(),
-    });
-    tags.push(Tag {
-        key: "hetgen:spec-sha256".to_owned(),
-        value: spec_sha256.to_owned(),
-    });
-    tags
+        .map(|(k, v)| tag(k, v))
+        .chain(hetgen)
+        .collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -276,7 +276,7 @@ pub fn create_training_job(job: &Job, sm: &SageMaker, spec_sha256: &str) -> Crea
                 s3_uri,
                 local_path: "/opt/ml/checkpoints",
             }),
-        tags: tags(sm, spec_sha256),
+        tags: tags(job, sm, spec_sha256),
     }
 }
 

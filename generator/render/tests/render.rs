@@ -136,8 +136,13 @@ fn hetero_and_homogeneous_requests_differ_as_sagemaker_requires() {
     );
     assert_eq!(o["ResourceConfig"]["InstanceType"], "ml.p3.2xlarge");
     assert!(o["ResourceConfig"].get("InstanceGroups").is_none());
+    // hetgen's own tags follow the user's; `hetgen:job` names the spec's job whatever name a
+    // deploy gives the training job (what `deploy --resume-from` checks).
     let tags = h["Tags"].as_array().unwrap();
-    assert!(tags.iter().any(|t| t["Key"] == "hetgen:spec-sha256"));
+    let hetgen = &tags[tags.len() - hetgen_spec::model::HETGEN_TAGS.len()..];
+    let keys: Vec<_> = hetgen.iter().map(|t| t["Key"].as_str().unwrap()).collect();
+    assert_eq!(keys, hetgen_spec::model::HETGEN_TAGS);
+    assert_eq!(hetgen[2]["Value"], h["TrainingJobName"]);
 }
 
 #[test]

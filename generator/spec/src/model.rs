@@ -536,7 +536,7 @@ pub struct SageMaker {
     pub max_runtime_s: u64,
     /// Warm pool keep-alive, seconds.
     pub keep_alive_s: Option<u64>,
-    /// User tags (hetgen's own are added at render).
+    /// User tags (hetgen's own, [`HETGEN_TAGS`], are added at render).
     pub tags: BTreeMap<String, String>,
     /// Environment for every instance.
     pub environment: BTreeMap<String, String>,
@@ -572,6 +572,18 @@ impl SageMaker {
         Some(format!("{}/", prefix.trim_end_matches('/')))
     }
 }
+
+/// The tag that marks jobs hetgen started, with the version that started them (`hetgen list`
+/// filters on it).
+pub const VERSION_TAG: &str = "hetgen:version";
+/// The tag with the sha256 of the spec's bytes a job was rendered from.
+pub const SPEC_TAG: &str = "hetgen:spec-sha256";
+/// The tag with the spec's `[job] name`: which job a training job trains, whatever its
+/// TrainingJobName (a unique suffix, `--name`). `hetgen deploy --resume-from` continues only a
+/// job of the same name, so that no job starts from another job's checkpoints.
+pub const JOB_TAG: &str = "hetgen:job";
+/// Every tag hetgen adds to a job, in the order it adds them after the user's.
+pub const HETGEN_TAGS: [&str; 3] = [VERSION_TAG, SPEC_TAG, JOB_TAG];
 
 /// A script-mode job on AWS's prebuilt PyTorch training image (no `image_uri`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -546,7 +546,8 @@ pub struct RawSageMaker {
     /// Keep instances warm for this long after the job (warm pools), e.g. `"10m"`. Not
     /// allowed with more than one instance group.
     pub keep_alive: Option<String>,
-    /// Tags on the training job. hetgen adds `hetgen:version` and `hetgen:spec-sha256`.
+    /// Tags on the training job. hetgen adds `hetgen:version`, `hetgen:spec-sha256` and
+    /// `hetgen:job`.
     pub tags: Option<BTreeMap<String, String>>,
     /// Environment variables for every instance (at most 100).
     pub environment: Option<BTreeMap<String, String>>,
@@ -556,7 +557,9 @@ pub struct RawSageMaker {
     pub vpc: Option<RawVpc>,
     /// Encrypt traffic between the job's instances. Default `false`.
     pub inter_container_encryption: Option<bool>,
-    /// `s3://` prefix that SageMaker syncs `/opt/ml/checkpoints` to.
+    /// `s3://` prefix for checkpoints: each job syncs `/opt/ml/checkpoints` with
+    /// `<checkpoint_uri>/<job name>/`, so a new job starts from none unless `hetgen deploy
+    /// --resume-from JOB` continues JOB.
     pub checkpoint_uri: Option<String>,
     /// Extra metrics besides the ones hetgen defines.
     pub metric: Option<Vec<RawMetric>>,

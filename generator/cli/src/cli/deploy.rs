@@ -19,10 +19,10 @@ pub struct DeployArgs {
     /// Use this TrainingJobName as it is, without a unique suffix
     #[arg(long)]
     pub name: Option<String>,
-    /// Continue this earlier job: start from its checkpoints (on SageMaker, its
-    /// CheckpointConfig location; with --local, an earlier run's folder or name). Without it
-    /// every job starts from none: each keeps its checkpoints under `<checkpoint_uri>/<job
-    /// name>/`
+    /// Continue this earlier job of the same `[job] name`: start from its checkpoints (on
+    /// SageMaker, the CheckpointConfig location of a job that has ended; with --local, an
+    /// earlier run's folder or name). Without it every job starts from none: each keeps its
+    /// checkpoints under `<checkpoint_uri>/<job name>/`
     #[arg(long, value_name = "JOB")]
     pub resume_from: Option<String>,
     /// Follow the job and every host's log until it ends; exit 0 only if it completes

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use hetgen_deploy::logs::JobLogs;
 use hetgen_deploy::request::Request;
-use hetgen_deploy::{jobs, unique_name};
+use hetgen_deploy::{DeployError, JOB_TAG, jobs, unique_name};
 use hetgen_env::TOKEN_VAR;
 use hetgen_spec::Job;
 
@@ -34,9 +34,12 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     // Each job keeps its checkpoints under a location of its own, unless it continues one.
     let request = match (&args.resume_from, sm.checkpoint_uri_of(&name)) {
         (Some(earlier), _) => {
-            let uri = super::block_on(resumed_checkpoints(args, &sm.region, earlier))?;
-            eprintln!("continuing `{earlier}`: starting from its checkpoints in {uri}");
-            request.with_checkpoint_uri(&uri)
+            let resumed = super::block_on(resumed(args, &job, &sm.region, earlier))?;
+            eprintln!(
+                "continuing `{earlier}` ({}): starting from its checkpoints in {}",
+                resumed.status, resumed.uri
+            );
+            request.with_checkpoint_uri(&resumed.uri)
         }
         (None, Some(uri)) => request.with_checkpoint_uri(&uri),
         (None, None) => request,
@@ -75,20 +78,72 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-/// The checkpoint location of the earlier job `earlier`, which a `--resume-from` job reuses.
-async fn resumed_checkpoints(
+/// The earlier job a `--resume-from` job continues: its checkpoint location and status.
+struct Resumed {
+    uri: String,
+    status: String,
+}
+
+/// Looks up the earlier job `earlier` that `job` continues, and refuses one it must not: one
+/// that does not exist or kept no checkpoints, one still running (two jobs would write one
+/// location, each over the other's checkpoints), and one of another `[job] name`, whose
+/// checkpoints are another model's.
+async fn resumed(
     args: &DeployArgs,
+    job: &Job,
     region: &str,
     earlier: &str,
-) -> Result<String, Failure> {
-    let aws = hetgen_deploy::Aws::connect(&args.aws.connection(), Some(region)).await?;
-    let status = jobs::describe(&aws.sagemaker(), earlier).await?;
-    status
+) -> Result<Resumed, Failure> {
+    let refuse = |why: String| Failure::NothingToResume {
+        job: earlier.to_owned(),
+        why,
+    };
+    let connection = args.aws.connection();
+    let aws = hetgen_deploy::Aws::connect(&connection, Some(region)).await?;
+    let client = aws.sagemaker();
+    let status = match jobs::describe(&client, earlier).await {
+        Ok(status) => status,
+        Err(DeployError::NotFound { .. }) => {
+            // `--region` wins over the spec's, as in the connection.
+            let region = connection.region.as_deref().unwrap_or(region);
+            return Err(refuse(format!(
+                "there is no training job of that name in {region}"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !status.is_terminal() {
+        return Err(refuse(format!(
+            "it is still {}, and two jobs would write one checkpoint location; wait for it to \
+             end or stop it (`hetgen stop {earlier}`)",
+            status.status
+        )));
+    }
+    let trained = jobs::tags(&client, earlier, &status.arn)
+        .await?
+        .remove(JOB_TAG);
+    match trained {
+        Some(trained) if trained == job.name => {}
+        Some(trained) => {
+            return Err(refuse(format!(
+                "it trained `{trained}`, not this spec's `{}`: its checkpoints are another \
+                 job's",
+                job.name
+            )));
+        }
+        None => {
+            return Err(refuse(format!(
+                "it has no `{JOB_TAG}` tag, so hetgen cannot tell which job it trained"
+            )));
+        }
+    }
+    let uri = status
         .checkpoint_uri
-        .ok_or_else(|| Failure::NothingToResume {
-            job: earlier.to_owned(),
-            why: "it was submitted without a CheckpointConfig".to_owned(),
-        })
+        .ok_or_else(|| refuse("it was submitted without a CheckpointConfig".to_owned()))?;
+    Ok(Resumed {
+        uri,
+        status: status.status,
+    })
 }
 
 /// The request `hetgen render` wrote to `job_root`.

@@ -775,28 +775,73 @@ fn each_job_keeps_its_checkpoints_apart_and_resume_from_continues_an_earlier_one
     let args = ["--wheel", wheel.to_str().unwrap(), "--resume-from", &first];
     let third = deploy(&moto.url, project.path(), &args);
     assert_eq!(code(&third), 0, "{}", stderr(&third));
-    assert!(
-        stderr(&third).contains(&format!("continuing `{first}`")),
-        "{}",
-        stderr(&third)
+    assert_contains(
+        &stderr(&third),
+        &format!(
+            "continuing `{first}` (Completed): starting from its checkpoints in {prefix}/{first}/"
+        ),
     );
     assert_eq!(
         checkpoints(&submitted_name(&third)),
         format!("{prefix}/{first}/")
     );
 
-    // A job that does not exist is no start.
-    let args = [
-        "--wheel",
-        wheel.to_str().unwrap(),
-        "--resume-from",
-        "no-such-job",
-    ];
-    let refused = deploy(&moto.url, project.path(), &args);
-    assert_ne!(code(&refused), 0);
-    assert!(
-        stderr(&refused).contains("no-such-job"),
-        "{}",
-        stderr(&refused)
+    // A job that does not exist is no start, nor is a job of another spec's `[job] name`
+    // (its checkpoints are another model's); nothing is submitted either time.
+    let submitted = || {
+        let jobs = boto3(
+            &moto,
+            "sm = boto3.client('sagemaker', region_name='us-east-1', endpoint_url=URL, \
+             aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+             print(len(sm.list_training_jobs()['TrainingJobSummaries']))",
+        );
+        jobs.trim().parse::<usize>().unwrap()
+    };
+    let before = submitted();
+    let other = rendered_project("mnist-hetero.toml");
+    let other = deploy(&moto.url, other.path(), &[]);
+    assert_eq!(code(&other), 0, "{}", stderr(&other));
+    let other = submitted_name(&other);
+    for (earlier, why) in [
+        (
+            "no-such-job",
+            "there is no training job of that name in us-east-1",
+        ),
+        (
+            other.as_str(),
+            "it trained `mnist-hetero`, not this spec's `pytorch-digits`",
+        ),
+    ] {
+        let args = ["--wheel", wheel.to_str().unwrap(), "--resume-from", earlier];
+        let refused = deploy(&moto.url, project.path(), &args);
+        assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+        // The message as one line, however the report wraps it.
+        let err = stderr(&refused).replace("\n  │ ", " ");
+        assert_contains(&err, &format!("cannot continue `{earlier}`: {why}"));
+        assert_contains(&err, "hetgen::deploy::resume-from");
+    }
+    assert_eq!(
+        submitted(),
+        before + 1,
+        "only the other spec's job was submitted"
     );
+}
+
+#[test]
+fn resume_from_refuses_a_job_still_running() {
+    // Both jobs would sync one location, each writing over the other's checkpoints.
+    let fixture = Fixture::start(&[("InProgress", "Training", None)]);
+    let project = rendered_project("mnist-hetero.toml");
+    let out = deploy(
+        &fixture.url,
+        project.path(),
+        &["--resume-from", "fixture-job"],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_contains(
+        &stderr(&out),
+        "cannot continue `fixture-job`: it is still InProgress",
+    );
+    assert_contains(&stderr(&out), "hetgen stop fixture-job");
+    assert_eq!(fixture.calls(), ["DescribeTrainingJob"]);
 }

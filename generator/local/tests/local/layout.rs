@@ -772,6 +772,13 @@ fn a_run_that_continues_another_starts_every_host_with_the_checkpoints_it_left()
     opts.job_dir = dir.path().join("second");
     opts.resume_from = Some(first.layout.job_dir.clone());
     let second = prepare(&job(TINY), opts);
+    // It says which run it continues.
+    let note = format!("continuing the run in {}", first.layout.job_dir.display());
+    assert!(
+        second.notes.iter().any(|n| n.starts_with(&note)),
+        "{:?}",
+        second.notes
+    );
     for command in &second.commands {
         let checkpoints = command.base_dir.join("checkpoints");
         let read = |p: &str| std::fs::read_to_string(checkpoints.join(p)).unwrap();

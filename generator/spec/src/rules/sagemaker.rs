@@ -14,8 +14,8 @@ use crate::raw::{HyperValue, RawSageMaker, RawSpec};
 use crate::rules::int_in;
 use crate::spans::KeyPath;
 
-/// Tags hetgen adds to every job (`hetgen:version`, `hetgen:spec-sha256`).
-pub const HETGEN_TAGS: usize = 2;
+/// How many tags hetgen adds to every job ([`crate::model::HETGEN_TAGS`]).
+const HETGEN_TAGS: usize = crate::model::HETGEN_TAGS.len();
 const MAX_TAGS: usize = 50;
 const MAX_ENVIRONMENT: usize = 100;
 const MAX_HYPERPARAMETERS: usize = 100;
