@@ -9,8 +9,7 @@
 
 use std::collections::BTreeMap;
 
-/// The first line Python writes for an exception that ends a program.
-const TRACEBACK: &str = "Traceback (most recent call last):";
+use hetgen_local::traceback::{script_line, starts_traceback};
 
 /// Tracebacks seen so far, per host.
 #[derive(Debug, Default)]
@@ -28,13 +27,9 @@ struct Raised {
 impl FirstRaise {
     /// One line of `host`'s log, written at `time_ms`.
     pub fn line(&mut self, time_ms: i64, host: &str, message: &str) {
-        // torchrun may prefix a worker's lines with `[rankN]:`.
-        let text = match message.split_once("]:") {
-            Some((rank, rest)) if rank.starts_with("[rank") => rest,
-            _ => message,
-        };
+        let text = script_line(message);
         match self.hosts.get_mut(host) {
-            None if text.trim_start().starts_with(TRACEBACK) => {
+            None if starts_traceback(message) => {
                 self.hosts.insert(
                     host.to_owned(),
                     Raised {

@@ -43,6 +43,7 @@ pub mod launcher;
 pub mod layout;
 pub mod record;
 pub mod supervise;
+pub mod traceback;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};

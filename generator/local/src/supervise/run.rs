@@ -24,9 +24,6 @@ pub(super) struct Running {
     raised_at: Option<Instant>,
 }
 
-/// The first line Python writes for an exception that ends a program.
-const TRACEBACK: &str = "Traceback (most recent call last):";
-
 /// Why a run that did not complete is ending. A run without one completes when its hosts have.
 #[derive(Debug, Clone, PartialEq)]
 enum Ending {
@@ -159,7 +156,7 @@ impl<'a> Run<'a> {
             match events.recv_timeout(self.next_wait()) {
                 Ok(Event::Line(i, stream, line)) => {
                     let host = &self.commands[i].host;
-                    if line.trim_start().starts_with(TRACEBACK) {
+                    if crate::traceback::starts_traceback(&line) {
                         self.hosts[i].raised_at.get_or_insert_with(Instant::now);
                     }
                     observer.output(host, stream, &line);
