@@ -415,7 +415,7 @@ fn one_epoch(client: &Client, job: &Job) {
 }
 
 #[test]
-fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed_when_idle() {
+fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed() {
     let cluster = Cluster::new(1);
     let mut children = Reaper(vec![cluster.start(
         "algo-1",
@@ -429,25 +429,42 @@ fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed_when_idle()
     let flooded = Instant::now();
     flood.extend((0..29).map(|_| std::net::TcpStream::connect(address).unwrap()));
     std::thread::sleep(Duration::from_millis(500));
+    // Guests all: at most the guests' cap of them (an eighth of 8) stays open.
     let open = held(&flood);
-    assert!(
-        (1..=8).contains(&open),
-        "{open} of 30 connections held, with a cap of 8"
-    );
-    // Quiet for longer than a trainer's heartbeat, the quietest makes room for a trainer.
-    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(open, 1, "{open} of 30 connections held, with a cap of 1 guest");
     let job = job();
     let client = cluster.connect(&job, &["algo-1"]);
-    assert!(
-        flooded.elapsed() < Duration::from_secs(6),
-        "not the idle timeout's doing"
-    );
-    assert!(held(&flood) < open, "no quiet connection gave way");
+    assert!(held(&flood) < open, "no guest gave way to the trainer");
     one_epoch(&client, &job);
-    // Quiet for the idle timeout, every one of them is closed; the trainer, heartbeating on
-    // its connection, still streams.
+    // The trainer's connection, vouched for by its token and heartbeating, outlives the guest
+    // deadline and the idle timeout.
     std::thread::sleep(Duration::from_secs(7).saturating_sub(flooded.elapsed()));
-    assert_eq!(held(&flood), 0);
+    one_epoch(&client, &job);
+    cluster.finished(&client, "done");
+    exits_saying(&mut children.0[0], 5, "guest connections");
+}
+
+/// Connections that made an authenticated request and then went quiet give way when the
+/// connections are at their cap.
+#[test]
+fn quiet_trainers_give_way_at_the_cap() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start(
+        "algo-1",
+        &[
+            ("HETGEN_DATA_MAX_CONNECTIONS", "8"),
+            ("HETGEN_DATA_IDLE_S", "6"),
+        ],
+    )]);
+    drop(when_listening(cluster.address("algo-1")));
+    let job = job();
+    // Eight trainers that handshake (vouching for their connections) and then say nothing, as
+    // a client does until it streams.
+    let _quiet: Vec<Client> = (0..8).map(|_| cluster.connect(&job, &["algo-1"])).collect();
+    std::thread::sleep(Duration::from_secs(4));
+    let started = Instant::now();
+    let client = cluster.connect(&job, &["algo-1"]);
+    assert!(started.elapsed() < Duration::from_secs(3));
     one_epoch(&client, &job);
     cluster.finished(&client, "done");
     exits_saying(&mut children.0[0], 5, "closed the quietest");
@@ -555,4 +572,72 @@ fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
             exited_within(child, Duration::from_secs(5)).expect("exits on Shutdown");
         assert!(status.success(), "{stderr}");
     }
+}
+
+/// A peer without the token that keeps its connection busy, as `peers` of it for as long as
+/// `flooding`: an HTTP/2 client that pings every 300 ms (h2 answers the server's pings too),
+/// and connects again a second after the server closes it. Returns how many connections the
+/// server closed.
+async fn pinging_guest(
+    address: std::net::SocketAddr,
+    flooding: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> usize {
+    let mut closed = 0;
+    while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Ok(socket) = tokio::net::TcpStream::connect(address).await
+            && let Ok((_send, mut connection)) = h2::client::handshake(socket).await
+        {
+            let mut ping_pong = connection.ping_pong().expect("a fresh connection");
+            let driver = tokio::spawn(connection);
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                if ping_pong.ping(h2::Ping::opaque()).await.is_err() {
+                    closed += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            driver.abort();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    closed
+}
+
+#[test]
+fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start(
+        "algo-1",
+        &[("HETGEN_DATA_MAX_CONNECTIONS", "32")],
+    )]);
+    let address = cluster.address("algo-1");
+    drop(when_listening(address));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // As many as the connection cap, each never quiet for long.
+    let flood: Vec<_> = (0..32)
+        .map(|_| runtime.spawn(pinging_guest(address, flooding.clone())))
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    // A trainer still gets in, at once, and streams whole epochs beside the flood.
+    let job = job();
+    let connecting = Instant::now();
+    let client = cluster.connect(&job, &["algo-1"]);
+    assert!(
+        connecting.elapsed() < Duration::from_secs(5),
+        "the trainer took {:?} to connect",
+        connecting.elapsed()
+    );
+    one_epoch(&client, &job);
+    // Past the guest deadline, every guest was closed however busy it kept its connection.
+    std::thread::sleep(Duration::from_secs(4));
+    one_epoch(&client, &job);
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let closed: usize = flood
+        .into_iter()
+        .map(|task| runtime.block_on(task).unwrap())
+        .sum();
+    assert!(closed >= 32, "the server closed only {closed} connections of the flood");
+    cluster.finished(&client, "done");
+    exits_saying(&mut children.0[0], 5, "guest connections");
 }

@@ -1,6 +1,14 @@
 //! Connections before any request is read: how many may be open, how long one may say
-//! nothing, and an accept loop that backs off instead of spinning when the process is out of
-//! file descriptors.
+//! nothing, how long one may go without the job's token, and an accept loop that backs off
+//! instead of spinning when the process is out of file descriptors.
+//!
+//! A connection is a *guest* until one of its requests carries the job's token ([`Peer::vouch`]).
+//! A trainer's first request, its Handshake, follows the connection at once, so a guest has
+//! [`GUEST_DEADLINE`] to make one, whatever else it sends (pings and partial frames do not
+//! extend it); guests have a cap of their own, an eighth of the connection cap, where a new guest
+//! takes the place of the oldest; and when the connections are at their cap a guest always
+//! gives way first. A flood of connections that answer every ping but hold no token can then
+//! neither stay nor keep the job's trainer out.
 //!
 //! A connection is *quiet* while no byte arrives from its peer. A hetgen trainer is never
 //! quiet for long: it heartbeats every second on the connection it streams on, and answers
@@ -13,7 +21,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -37,6 +45,10 @@ pub const IDLE_VAR: &str = "HETGEN_DATA_IDLE_S";
 /// trainer's heartbeats, with room for a slow network.
 pub(crate) const EVICTABLE: Duration = Duration::from_secs(3);
 
+/// A guest that has made no authenticated request within this is closed: a trainer makes its
+/// Handshake as soon as it connects, so this is a slow network's margin many times over.
+pub(crate) const GUEST_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Longest pause of the accept loop when the process is out of descriptors or memory.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -47,15 +59,46 @@ pub(crate) struct Connections {
     /// Times are kept as milliseconds since this instant, so a connection's is one atomic.
     epoch: Instant,
     max: usize,
+    /// Most guests at once.
+    max_guests: usize,
     idle: Duration,
     refused: LogThrottle,
     evicted: LogThrottle,
+    guests: LogThrottle,
     starved: LogThrottle,
 }
 
 struct Conn {
     last_read_ms: AtomicU64,
+    /// One of its requests carried the job's token: no longer a guest.
+    vouched: AtomicBool,
     close: CancellationToken,
+}
+
+impl Conn {
+    /// Still open (not told to close) and a guest.
+    fn is_guest(&self) -> bool {
+        !self.close.is_cancelled() && !self.vouched.load(Ordering::Relaxed)
+    }
+}
+
+/// The connection a request came on, as tonic hands it to the service in the request's
+/// extensions: the authentication check vouches for it, and a stream that stalls closes it.
+#[derive(Clone)]
+pub(crate) struct Peer {
+    conn: Arc<Conn>,
+}
+
+impl Peer {
+    /// The connection made a request with the job's token: it is no guest any more.
+    pub(crate) fn vouch(&self) {
+        self.conn.vouched.store(true, Ordering::Relaxed);
+    }
+
+    /// Close the connection, and with it every stream on it.
+    pub(crate) fn close(&self) {
+        self.conn.close.cancel();
+    }
 }
 
 impl Connections {
@@ -65,9 +108,11 @@ impl Connections {
             next_id: AtomicU64::new(0),
             epoch: Instant::now(),
             max: max.max(1),
+            max_guests: (max / 8).max(1),
             idle,
             refused: LogThrottle::default(),
             evicted: LogThrottle::default(),
+            guests: LogThrottle::default(),
             starved: LogThrottle::default(),
         })
     }
@@ -81,9 +126,31 @@ impl Connections {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Close the quietest connection, if it has been quiet for [`EVICTABLE`]; whether one was.
-    /// One already told to close is leaving and makes no more room.
+    /// Close the oldest guest, if there is one; whether there was.
+    fn evict_oldest_guest(&self) -> bool {
+        let open = lock(&self.open);
+        // Ids count up: the smallest is the oldest.
+        match open
+            .iter()
+            .filter(|(_, c)| c.is_guest())
+            .min_by_key(|(id, _)| **id)
+            .map(|(_, c)| c)
+        {
+            Some(guest) => {
+                guest.close.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Make room for one connection: the oldest guest goes, else the quietest connection if
+    /// it has been quiet for [`EVICTABLE`]; whether one was closed. One already told to close
+    /// is leaving and makes no more room.
     fn evict_quietest(&self) -> bool {
+        if self.evict_oldest_guest() {
+            return true;
+        }
         let open = lock(&self.open);
         let now = self.now_ms();
         let quietest = open
@@ -107,11 +174,26 @@ impl Connections {
     /// Track a new connection, making room for it if the cap is reached; `None` when there is
     /// no room (the socket is closed on return).
     fn admit(self: &Arc<Self>, io: TcpStream) -> Option<Tracked> {
-        let at_cap = {
-            let open = lock(&self.open);
-            // Connections already told to close are leaving: they do not count.
-            open.values().filter(|c| !c.close.is_cancelled()).count() >= self.max
-        };
+        // The newcomer is a guest: at the guests' cap it takes the oldest one's place (a
+        // trainer then has the time the whole cap of guests takes to arrive to vouch for
+        // itself, where turning newcomers away would leave it to win a race with the flood).
+        let guests = lock(&self.open).values().filter(|c| c.is_guest()).count();
+        if guests >= self.max_guests
+            && self.evict_oldest_guest()
+            && let Some(suppressed) = self.guests.allow()
+        {
+            tracing::warn!(
+                max_guests = self.max_guests,
+                suppressed,
+                "guest connections (no request with the job's token yet) at their cap; closed the oldest"
+            );
+        }
+        // Connections already told to close are leaving: they do not count.
+        let at_cap = lock(&self.open)
+            .values()
+            .filter(|c| !c.close.is_cancelled())
+            .count()
+            >= self.max;
         if at_cap {
             if self.evict_quietest() {
                 if let Some(suppressed) = self.evicted.allow() {
@@ -133,8 +215,10 @@ impl Connections {
             }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let now = self.now_ms();
         let conn = Arc::new(Conn {
-            last_read_ms: AtomicU64::new(self.now_ms()),
+            last_read_ms: AtomicU64::new(now),
+            vouched: AtomicBool::new(false),
             close: CancellationToken::new(),
         });
         lock(&self.open).insert(id, conn.clone());
@@ -142,6 +226,7 @@ impl Connections {
             io,
             closed: Box::pin(conn.close.clone().cancelled_owned()),
             idle_at: Box::pin(tokio::time::sleep(self.idle)),
+            guest_until: Box::pin(tokio::time::sleep(GUEST_DEADLINE)),
             conn,
             id,
             connections: self.clone(),
@@ -206,6 +291,8 @@ pub(crate) struct Tracked {
     conn: Arc<Conn>,
     closed: Pin<Box<WaitForCancellationFutureOwned>>,
     idle_at: Pin<Box<Sleep>>,
+    /// The guest deadline; past it, a connection still a guest ends.
+    guest_until: Pin<Box<Sleep>>,
     id: u64,
     connections: Arc<Connections>,
 }
@@ -227,6 +314,14 @@ impl AsyncRead for Tracked {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "closed to make room for a new connection",
+            )));
+        }
+        if !this.conn.vouched.load(Ordering::Relaxed)
+            && this.guest_until.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no request with the job's token within the guest deadline",
             )));
         }
         let idle = this.connections.idle;
@@ -288,10 +383,12 @@ impl AsyncWrite for Tracked {
 }
 
 impl tonic::transport::server::Connected for Tracked {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    type ConnectInfo = Peer;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        Peer {
+            conn: self.conn.clone(),
+        }
     }
 }
 
@@ -308,13 +405,79 @@ mod tests {
         // Ten seconds of history, so a connection can have been quiet longer than EVICTABLE.
         Arc::get_mut(&mut connections).unwrap().epoch = Instant::now() - Duration::from_secs(10);
         let quiet = connections.admit(socket().await).unwrap();
+        quiet.conn.vouched.store(true, Ordering::Relaxed);
         quiet.conn.last_read_ms.store(0, Ordering::Relaxed);
-        // At the cap: the quiet one is told to close and a trainer takes its place.
-        let _trainer = connections.admit(socket().await).unwrap();
+        // At the cap: the quiet one is told to close and a trainer takes its place, and
+        // vouches for itself with its first request.
+        let trainer = connections.admit(socket().await).unwrap();
+        trainer.conn.vouched.store(true, Ordering::Relaxed);
         assert!(quiet.conn.close.is_cancelled());
         // The quiet one has not left yet; it cannot make room again, and the trainer is not
         // quiet: a third connection is turned away, not let in over the cap.
         assert!(connections.admit(socket().await).is_none());
         drop(quiet);
+    }
+
+    #[tokio::test]
+    async fn guests_give_way_first_and_to_each_other_oldest_first() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let socket = || async { TcpStream::connect(address).await.unwrap() };
+        // A cap of 16 connections, 2 of them guests.
+        let mut connections = Connections::new(16, Duration::from_secs(60));
+        Arc::get_mut(&mut connections).unwrap().epoch = Instant::now() - Duration::from_secs(10);
+        let mut trainers = Vec::new();
+        for _ in 0..14 {
+            let trainer = connections.admit(socket().await).unwrap();
+            trainer.conn.vouched.store(true, Ordering::Relaxed);
+            // Quiet for ten seconds: any of them could give way.
+            trainer.conn.last_read_ms.store(0, Ordering::Relaxed);
+            trainers.push(trainer);
+        }
+        let first = connections.admit(socket().await).unwrap();
+        let second = connections.admit(socket().await).unwrap();
+        // At the guests' cap, a third guest takes the oldest one's place.
+        let third = connections.admit(socket().await).unwrap();
+        assert!(first.conn.close.is_cancelled());
+        assert!(!second.conn.close.is_cancelled());
+        drop(first);
+        // Vouched, the third is no guest. At the connection cap (14 + 2), the remaining guest
+        // gives way before any quiet trainer.
+        third.conn.vouched.store(true, Ordering::Relaxed);
+        let _fourth = connections.admit(socket().await).unwrap();
+        assert!(second.conn.close.is_cancelled());
+        assert!(trainers.iter().all(|t| !t.conn.close.is_cancelled()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_guest_that_pings_is_closed_at_the_deadline_and_a_vouched_one_is_not() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let connections = Connections::new(16, Duration::from_secs(60));
+        let mut peers = Vec::new();
+        let mut tracked = Vec::new();
+        for _ in 0..2 {
+            let peer = TcpStream::connect(address).await.unwrap();
+            let (socket, _) = listener.accept().await.unwrap();
+            peers.push(peer);
+            tracked.push(connections.admit(socket).unwrap());
+        }
+        tracked[1].conn.vouched.store(true, Ordering::Relaxed);
+        let mut buffer = [0u8; 16];
+        // Both peers say something every second, past the guest deadline.
+        for _ in 0..(GUEST_DEADLINE.as_secs() + 1) {
+            for peer in &mut peers {
+                peer.write_all(b"ping").await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            for t in &mut tracked[1..] {
+                assert!(t.read(&mut buffer).await.is_ok());
+            }
+        }
+        let guest = tracked[0].read(&mut buffer).await;
+        assert_eq!(guest.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        peers[1].write_all(b"ping").await.unwrap();
+        assert!(tracked[1].read(&mut buffer).await.is_ok());
     }
 }

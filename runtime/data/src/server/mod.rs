@@ -9,8 +9,9 @@
 //!
 //! ## Limits per client
 //!
-//! Before any request, `connections` bounds the connections (a cap, the quietest giving way,
-//! idle ones closed, an accept loop that backs off out of descriptors), and the HTTP/2 settings
+//! Before any request, `connections` bounds the connections (a cap, guests without the token
+//! closed after a few seconds and giving way first, the quietest next, idle ones closed, an
+//! accept loop that backs off out of descriptors), and the HTTP/2 settings
 //! bound each one (keep-alive pings, requests at once, small receive windows);
 //! `transport` gives a request body 10 s to arrive. Every call is then authenticated
 //! ([`crate::auth`]), and nothing a client sends may grow without bound:
@@ -224,9 +225,17 @@ pub async fn serve(
         inner: service,
         service: Service(shared.clone()),
     };
+    // A request with the job's token vouches for its connection: it is no guest any more.
+    let mut require_token = RequireToken::new(shared.config.token.clone());
     let service = tonic::service::interceptor::InterceptedService::new(
         service,
-        RequireToken::new(shared.config.token.clone()),
+        move |request: tonic::Request<()>| {
+            let request = tonic::service::Interceptor::call(&mut require_token, request)?;
+            if let Some(peer) = request.extensions().get::<connections::Peer>() {
+                peer.vouch();
+            }
+            Ok(request)
+        },
     );
     let connections = Connections::new(shared.config.max_connections, shared.config.idle_timeout);
     let incoming = connections::incoming(listener, connections);
