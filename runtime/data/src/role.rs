@@ -145,8 +145,14 @@ pub fn run_data_role(
         &crate::input::python_setup(Some(env)),
     )?;
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
-    limits_from_env(&mut config)?;
     config.trainer_hosts = crate::client::trainer_hosts(job, env);
+    let ranks_per_host = job.trainer.script().map_or(1, |s| s.processes_per_host.max(1));
+    config.budget_for_job(
+        config.trainer_hosts.len() * ranks_per_host as usize,
+        job.pipeline.batch_size,
+        engine.sample_bytes(),
+    );
+    limits_from_env(&mut config)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

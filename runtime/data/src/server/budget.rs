@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// Sets the budget in MiB (default: half the host's memory).
+/// Sets the budget in MiB (default: [`for_job`]).
 pub const MEMORY_VAR: &str = "HETGEN_DATA_MEMORY_MIB";
 
 /// How long a reservation waits for the budget before it is refused: longer than a shard of
@@ -32,8 +32,12 @@ pub(crate) const WAIT: Duration = Duration::from_secs(10);
 /// Bytes a shard stream holds at most per byte of one of its batches.
 pub(crate) const BATCHES_PER_STREAM: u64 = 4;
 
-/// Budget without a readable `/proc/meminfo`.
-const FALLBACK: u64 = 4 << 30;
+/// Host memory assumed without a readable `/proc/meminfo`.
+const FALLBACK_HOST: u64 = 8 << 30;
+
+/// The least default budget: room for a few streams of a large batch and the request bodies
+/// of a burst of connections, whatever the job.
+const FLOOR: u64 = 256 << 20;
 
 /// The budget: `bytes` in all, shared.
 #[derive(Clone)]
@@ -170,17 +174,34 @@ impl PeakWatch {
     }
 }
 
-/// Half of the host's memory: the data role runs the pipeline and little else, and its
-/// threads' working sets are small beside the batches they queue.
-pub(crate) fn default_bytes() -> u64 {
+/// The default budget: what the job's own trainers can make this server hold at once, twice
+/// over, within half of the host's memory and not below [`FLOOR`].
+///
+/// `trainers` processes (the trainer hosts' ranks) may each hold `streams_per_trainer` shard
+/// streams of `stream_bytes` at once; twice that leaves room for the streams a hedge starts
+/// beside a slow one and for a stream still being dropped while its retry opens. Half of the
+/// host is the ceiling because the rest is not the budget's to give: the pipeline's threads and
+/// their decoded images, a Python dataset's worker processes, the source's page cache and the
+/// HTTP/2 buffers all live beside it. (Half the host was the default before; on a 192 GiB data
+/// host it let one peer with the token pin 96 GiB the job never needed.)
+pub(crate) fn for_job(trainers: usize, streams_per_trainer: usize, stream_bytes: u64) -> u64 {
+    let need = (trainers.max(1) as u64)
+        .saturating_mul(streams_per_trainer as u64)
+        .saturating_mul(stream_bytes)
+        .saturating_mul(2);
+    need.clamp(FLOOR, (host_memory() / 2).max(FLOOR))
+}
+
+/// The host's memory, from `/proc/meminfo`.
+fn host_memory() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|info| {
             let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
             let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib * 1024 / 2)
+            Some(kib * 1024)
         })
-        .unwrap_or(FALLBACK)
+        .unwrap_or(FALLBACK_HOST)
 }
 
 #[cfg(test)]
@@ -261,8 +282,17 @@ mod tests {
     }
 
     #[test]
-    fn the_default_is_half_the_hosts_memory() {
-        let bytes = default_bytes();
-        assert!(bytes >= 64 << 20, "{bytes}");
+    fn the_default_is_what_the_jobs_trainers_can_hold_twice_within_half_the_host() {
+        let mib = |n: u64| n << 20;
+        // 16 ranks with 6 streams each of 4 batches of 256 224×224×3 images (154 MB a stream).
+        let stream = 4 * 256 * (224 * 224 * 3 + 16);
+        let need = 2 * 16 * 6 * stream;
+        let half = host_memory() / 2;
+        assert_eq!(for_job(16, 6, stream), need.min(half).max(FLOOR));
+        // A small job gets the floor, never less.
+        assert_eq!(for_job(1, 6, 4 * 32 * 64), FLOOR);
+        // However many trainers, never more than half of the host.
+        assert_eq!(for_job(100_000, 6, stream), half.max(FLOOR));
+        assert!(mib(1) < FLOOR);
     }
 }

@@ -132,6 +132,13 @@ pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
 }
 
 impl ServerConfig {
+    /// Size the memory budget for a job whose `trainers` processes stream batches of
+    /// `batch_size` samples of `sample_bytes` ([`budget::for_job`]).
+    pub fn budget_for_job(&mut self, trainers: usize, batch_size: u32, sample_bytes: usize) {
+        let stream = state::stream_bytes(batch_size, sample_bytes);
+        self.memory_budget = budget::for_job(trainers, self.max_streams_per_trainer, stream);
+    }
+
     /// Whether `host` is one of the job's trainer hosts.
     fn is_trainer_host(&self, host: &str) -> bool {
         self.trainer_hosts.iter().any(|h| h == host)
@@ -141,16 +148,17 @@ impl ServerConfig {
     /// keep the pool busy while the trainer acknowledges and re-requests.
     pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
         let max_inflight_shards = max_inflight_shards(engine.threads());
+        let max_streams_per_trainer = 2 * max_inflight_shards as usize + 2;
         Self {
             server_id,
             token,
             watchdog: Duration::from_secs(120),
             max_inflight_shards,
-            max_streams_per_trainer: 2 * max_inflight_shards as usize + 2,
+            max_streams_per_trainer,
             max_unacked_per_trainer: 4096,
             log_every: Duration::from_secs(10),
             trainer_hosts: Vec::new(),
-            memory_budget: budget::default_bytes(),
+            memory_budget: budget::for_job(1, max_streams_per_trainer, 0),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE,
         }

@@ -21,6 +21,12 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The most a shard stream of `batch_size` samples of `sample_bytes` holds at once:
+/// [`budget::BATCHES_PER_STREAM`] batches of images, sample ids and labels.
+pub(crate) fn stream_bytes(batch_size: u32, sample_bytes: usize) -> u64 {
+    budget::BATCHES_PER_STREAM * batch_size as u64 * (sample_bytes as u64 + 16)
+}
+
 pub(crate) struct Shared {
     pub(crate) engine: Arc<dyn Batches>,
     pub(crate) config: ServerConfig,
@@ -200,10 +206,9 @@ impl Shared {
         }
     }
 
-    /// The most a shard stream of `batch_size` holds at once: [`budget::BATCHES_PER_STREAM`]
-    /// batches of images, sample ids and labels.
+    /// The most a shard stream of `batch_size` holds at once ([`stream_bytes`]).
     pub(crate) fn stream_bytes(&self, batch_size: u32) -> u64 {
-        budget::BATCHES_PER_STREAM * batch_size as u64 * (self.sample_bytes as u64 + 16)
+        stream_bytes(batch_size, self.sample_bytes)
     }
 
     /// Reserve what a stream of `batch_size` may hold from the server-wide budget, waiting up
