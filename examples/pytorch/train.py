@@ -123,6 +123,12 @@ def main():
             with open(os.path.join(MODEL_DIR, "metrics.json"), "w") as f:
                 json.dump({"accuracy": accuracy, "epochs": args.epochs, "ranks": world}, f)
     dist.barrier()
+    # Free the DDP model before the process group. Its C++ reducer holds the group too, and if
+    # the reducer lets go of it last (here: when main() returns), the group's worker threads
+    # are joined while this thread holds the GIL, and a worker still freeing its last
+    # collective waits for the GIL: the process never exits (torch 2.x with gloo). A group
+    # that destroy_process_group() lets go of last is joined with the GIL released.
+    del model, optimizer
     dist.destroy_process_group()
 
 
