@@ -34,6 +34,12 @@ pub mod proto {
 /// The protocol spoken by this build; a handshake with any other version is refused.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// A shard stream that has made no progress for this long (its trainer took no batch of it) may
+/// be cancelled by its server when what it holds is wanted by a stream that progresses. The
+/// client then asks for the shard again, without holding the loss against the server: it was
+/// its own consumer that stopped.
+pub const STREAM_GIVE_WAY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Largest gRPC message either side accepts: a batch of 256 ImageNet samples at 224×224×3 as
 /// `u8` is 38 MB, far above tonic's 4 MiB default.
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;

@@ -9,7 +9,8 @@ use hetgen_pipeline::{PipelineError, StageRegistry};
 use hetgen_spec::model::Job;
 
 use crate::server::{
-    IDLE_VAR, MAX_CONNECTIONS_VAR, MEMORY_VAR, ServeError, ServerConfig, StopReason, serve,
+    IDLE_VAR, MAX_CONNECTIONS_VAR, MEMORY_VAR, STALL_VAR, ServeError, ServerConfig, StopReason,
+    serve,
 };
 
 /// Seconds without a trainer before a data server exits (default 120).
@@ -121,6 +122,15 @@ fn limits_from_env(config: &mut ServerConfig) -> Result<(), RoleError> {
     )? {
         config.idle_timeout = Duration::from_secs_f64(s);
     }
+    // Past the grace a stalled stream is given to let go of its thread, and a few of a
+    // trainer's heartbeats.
+    if let Some(s) = bounded(
+        STALL_VAR,
+        2.0..=MAX_WATCHDOG_S,
+        "a number of seconds from 2 to 2419200 (28 days)",
+    )? {
+        config.stall_timeout = Duration::from_secs_f64(s);
+    }
     Ok(())
 }
 
@@ -146,7 +156,10 @@ pub fn run_data_role(
     )?;
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     config.trainer_hosts = crate::client::trainer_hosts(job, env);
-    let ranks_per_host = job.trainer.script().map_or(1, |s| s.processes_per_host.max(1));
+    let ranks_per_host = job
+        .trainer
+        .script()
+        .map_or(1, |s| s.processes_per_host.max(1));
     config.budget_for_job(
         config.trainer_hosts.len() * ranks_per_host as usize,
         job.pipeline.batch_size,

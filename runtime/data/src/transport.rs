@@ -22,9 +22,11 @@ use tonic::codegen::http;
 use crate::proto::data_service_server::DataServiceServer;
 use crate::proto::{AckRequest, HandshakeRequest, HeartbeatRequest, ShardRequest, ShutdownRequest};
 use crate::server::budget::{self, Reservation};
+use crate::server::connections::Peer;
 use crate::server::refusal::Refusal;
 use crate::server::service::Service;
 use crate::server::shard::BatchOrError;
+use crate::server::stall::Watch;
 use crate::server::{MAX_SHARD_SAMPLES, MAX_UNARY_REQUEST};
 use crate::wire;
 
@@ -225,17 +227,19 @@ where
 }
 
 async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpResponse, Refusal> {
+    let peer = request.extensions().get::<Peer>().cloned();
     let body = shard_body(service, request.into_body()).await?;
     let message = one_frame(&body)?;
     let request =
         <ShardRequest as prost::Message>::decode(message).map_err(Refusal::MalformedShard)?;
     drop(body);
-    let (batches, reservation) = service.open_shard(request).await?;
+    let open = service.open_shard(request, peer).await?;
     let body = BatchBody {
-        batches,
+        batches: open.batches,
         images: None,
         done: false,
-        _reservation: reservation,
+        _reservation: open.reservation,
+        watch: open.watch,
     };
     http::Response::builder()
         .header("content-type", "application/grpc")
@@ -251,6 +255,15 @@ struct BatchBody {
     done: bool,
     /// The stream's share of the memory budget, given back when the response is dropped.
     _reservation: Arc<Reservation>,
+    /// Told each time the client takes a batch's head or images (hyper asks for the next
+    /// frame only once the client's window has room).
+    watch: Arc<Watch>,
+}
+
+impl Drop for BatchBody {
+    fn drop(&mut self) {
+        self.watch.body_dropped();
+    }
 }
 
 impl http_body::Body for BatchBody {
@@ -262,6 +275,7 @@ impl http_body::Body for BatchBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
         if let Some(images) = self.images.take() {
+            self.watch.progressed();
             return Poll::Ready(Some(Ok(http_body::Frame::data(images))));
         }
         if self.done {
@@ -279,6 +293,7 @@ impl http_body::Body for BatchBody {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(batch))) => match wire::batch_frame(batch) {
                 Ok((head, images)) => {
+                    self.watch.progressed();
                     self.images = (!images.is_empty()).then_some(images);
                     Poll::Ready(Some(Ok(http_body::Frame::data(head))))
                 }

@@ -431,7 +431,10 @@ fn connections_that_say_nothing_give_way_to_a_trainer_and_are_closed() {
     std::thread::sleep(Duration::from_millis(500));
     // Guests all: at most the guests' cap of them (an eighth of 8) stays open.
     let open = held(&flood);
-    assert_eq!(open, 1, "{open} of 30 connections held, with a cap of 1 guest");
+    assert_eq!(
+        open, 1,
+        "{open} of 30 connections held, with a cap of 1 guest"
+    );
     let job = job();
     let client = cluster.connect(&job, &["algo-1"]);
     assert!(held(&flood) < open, "no guest gave way to the trainer");
@@ -606,10 +609,9 @@ async fn pinging_guest(
 #[test]
 fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
     let cluster = Cluster::new(1);
-    let mut children = Reaper(vec![cluster.start(
-        "algo-1",
-        &[("HETGEN_DATA_MAX_CONNECTIONS", "32")],
-    )]);
+    let mut children = Reaper(vec![
+        cluster.start("algo-1", &[("HETGEN_DATA_MAX_CONNECTIONS", "32")]),
+    ]);
     let address = cluster.address("algo-1");
     drop(when_listening(address));
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -637,7 +639,122 @@ fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
         .into_iter()
         .map(|task| runtime.block_on(task).unwrap())
         .sum();
-    assert!(closed >= 32, "the server closed only {closed} connections of the flood");
+    assert!(
+        closed >= 32,
+        "the server closed only {closed} connections of the flood"
+    );
     cluster.finished(&client, "done");
     exits_saying(&mut children.0[0], 5, "guest connections");
+}
+
+/// Shard streams of `trainer`'s ranks `ranks` that never take a byte: opened 8 to a raw HTTP/2
+/// connection whose receive window is 0, so the server can send no batch. Each returned task
+/// ends when the server closes its connection.
+async fn stalled_streams(
+    address: std::net::SocketAddr,
+    trainer: &str,
+    ranks: std::ops::Range<u32>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let ranks: Vec<u32> = ranks.collect();
+    let mut connections = Vec::new();
+    for chunk in ranks.chunks(8) {
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (mut h2, connection) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(connection);
+        let mut responses = Vec::new();
+        for (shard, rank) in chunk.iter().enumerate() {
+            let request = hetgen_data::proto::ShardRequest {
+                epoch: 0,
+                shard: shard as u32,
+                sample_ids: (0..64).collect(),
+                batch_size: 1,
+                trainer_id: format!("{trainer}/rank-{rank}"),
+            };
+            let message = prost::Message::encode_to_vec(&request);
+            let mut frame = vec![0u8];
+            frame.extend((message.len() as u32).to_be_bytes());
+            frame.extend(message);
+            h2 = h2.ready().await.unwrap();
+            let head = http::Request::post(format!(
+                "http://{address}/hetgen.data.v1.DataService/StreamShard"
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(())
+            .unwrap();
+            let (response, mut body) = h2.send_request(head, false).unwrap();
+            body.send_data(frame.into(), true).unwrap();
+            responses.push(response);
+        }
+        connections.push(tokio::spawn(async move {
+            let _held = (h2, responses);
+            let _ = driver.await;
+        }));
+    }
+    connections
+}
+
+#[test]
+fn stalled_streams_hold_no_thread_and_give_way_to_a_new_trainer() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![
+        cluster.start("algo-1", &[("HETGEN_DATA_STALL_S", "120")]),
+    ]);
+    let address = cluster.address("algo-1");
+    drop(when_listening(address));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // A full trainer table, every trainer with a stream that takes nothing: more streams than
+    // tokio's 512 blocking threads.
+    let stalled = runtime.block_on(stalled_streams(address, &cluster.trainer, 1..1025));
+    std::thread::sleep(hetgen_data::STREAM_GIVE_WAY + Duration::from_secs(1));
+    let job = job();
+    let started = Instant::now();
+    let client = cluster.connect(&job, &["algo-1"]);
+    one_epoch(&client, &job);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "an epoch took {:?} beside the stalled streams",
+        started.elapsed()
+    );
+    let closed = stalled.iter().filter(|c| c.is_finished()).count();
+    assert!(closed > 0, "no stalled stream gave way");
+    cluster.finished(&client, "done");
+    exits_saying(&mut children.0[0], 5, "gave way");
+}
+
+#[test]
+fn a_stream_whose_client_takes_nothing_is_cancelled_at_the_stall_timeout() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![
+        cluster.start("algo-1", &[("HETGEN_DATA_STALL_S", "3")]),
+    ]);
+    let address = cluster.address("algo-1");
+    drop(when_listening(address));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let started = Instant::now();
+    let stalled = runtime.block_on(stalled_streams(address, &cluster.trainer, 1..17));
+    let waited = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            for connection in stalled {
+                connection.await.unwrap();
+            }
+        })
+        .await
+    });
+    assert!(waited.is_ok(), "stalled streams still open after 10 s");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "closed before the stall timeout"
+    );
+    // The server still serves a trainer that reads.
+    let job = job();
+    let client = cluster.connect(&job, &["algo-1"]);
+    one_epoch(&client, &job);
+    cluster.finished(&client, "done");
+    exits_saying(&mut children.0[0], 5, "took no data for the stall timeout");
 }

@@ -34,8 +34,9 @@ impl ShardTask {
     /// Stream until the shard ends, fails, or `cancel` (the shard arrived whole from another
     /// source): dropping the stream resets it, and the server stops making the shard.
     pub(super) async fn run(self, cancel: CancellationToken) {
+        let mut held_up = Duration::ZERO;
         let result = tokio::select! {
-            result = self.stream() => result,
+            result = self.stream(&mut held_up) => result,
             _ = cancel.cancelled() => Ok(()),
         };
         let event = match result {
@@ -48,6 +49,7 @@ impl ShardTask {
                 shard: self.shard,
                 error,
                 fatal,
+                held_up: held_up >= crate::STREAM_GIVE_WAY,
             },
         };
         let _ = self.events.send(event).await;
@@ -55,7 +57,8 @@ impl ShardTask {
 
     /// Stream the shard from batch `from` on; `Err((why, fatal))` on failure, where fatal
     /// means another server would fail the same way (bad data, a refused request).
-    async fn stream(&self) -> Result<(), (String, bool)> {
+    /// `held_up` is the longest this client's consumer kept the stream waiting for room.
+    async fn stream(&self, held_up: &mut Duration) -> Result<(), (String, bool)> {
         let bs = self.batch_size as usize;
         let request = ShardRequest {
             epoch: self.epoch,
@@ -91,9 +94,11 @@ impl ShardTask {
                 index,
                 batch,
             };
+            let sending = Instant::now();
             if self.events.send(event).await.is_err() {
                 return Ok(());
             }
+            *held_up = (*held_up).max(sending.elapsed());
         }
     }
 
@@ -188,6 +193,7 @@ impl LocalShard {
                 shard,
                 error,
                 fatal: true,
+                held_up: false,
             },
             // A panic (a custom stage's, say) loses this source, not the epoch.
             Err(join) => Event::Failed {
@@ -195,6 +201,7 @@ impl LocalShard {
                 shard,
                 error: format!("the local pipeline stopped: {join}"),
                 fatal: false,
+                held_up: false,
             },
         };
         let _ = events.send(event).await;

@@ -52,6 +52,9 @@ pub(super) enum Event {
         shard: usize,
         error: String,
         fatal: bool,
+        /// This client's consumer held the stream up for [`crate::STREAM_GIVE_WAY`] or
+        /// more, long enough for the server to cancel it: not the server's failure.
+        held_up: bool,
     },
 }
 
@@ -259,6 +262,16 @@ impl Scheduler {
                     shard,
                     error,
                     fatal,
+                    held_up,
+                } if held_up && !fatal => {
+                    self.held_up(&mut shards[shard], shard, server, error, &mut queue)
+                }
+                Event::Failed {
+                    server,
+                    shard,
+                    error,
+                    fatal,
+                    ..
                 } => self.failed(&mut shards[shard], shard, server, error, fatal, &mut queue)?,
             }
         }
@@ -357,6 +370,26 @@ impl Scheduler {
             let host = self.slots[server].source.name().to_owned();
             self.last_error = format!("{host} ended shard {} early", state.id);
             tracing::warn!(%host, shard = state.id, "stream ended before the shard's last batch; re-assigning");
+            queue.push_front(index);
+        }
+    }
+
+    /// `server`'s stream of shard `index` ended after this client's consumer held it up: the
+    /// server may have cancelled it for that, so the shard is asked for again and the server
+    /// stays.
+    fn held_up(
+        &mut self,
+        state: &mut ShardState,
+        index: usize,
+        server: usize,
+        error: String,
+        queue: &mut VecDeque<usize>,
+    ) {
+        let slot = &mut self.slots[server];
+        slot.inflight -= 1;
+        tracing::debug!(host = %slot.source.name(), %error, "a stream this trainer held up ended; asking for its shard again");
+        state.copies.retain(|c| c.slot != server);
+        if state.received < state.total && state.copies.is_empty() && !queue.contains(&index) {
             queue.push_front(index);
         }
     }

@@ -1,9 +1,10 @@
 //! The data role: serve `hetgen.data.v1.DataService` from this instance's pipeline engine.
 //!
 //! Every shard request runs on the job's [`Batches`] (the pipeline engine, or a Python dataset's
-//! workers) in a blocking task and streams its
+//! workers), on a blocking thread while its client keeps up ([`shard`]), and streams its
 //! batches through a two-batch channel, so a trainer that stops reading stops the pipeline
-//! (gRPC flow control does the rest) instead of filling memory. The server stops, and
+//! (gRPC flow control does the rest) instead of filling memory, and holds no thread; a stream
+//! stalled for long is cancelled ([`stall`]). The server stops, and
 //! [`serve`] returns why, on the trainer's Shutdown, on the caller's stop signal (SIGTERM), or
 //! when its watchdog has heard nothing from any trainer for longer than the configured time.
 //!
@@ -23,13 +24,14 @@
 //!   short ([`LogId`]). Inside a job it must name one of its trainer hosts and a rank
 //!   (`algo-3/rank-0`).
 //! - A trainer may have [`ServerConfig::max_streams_per_trainer`] shard streams open at once;
-//!   one more is `RESOURCE_EXHAUSTED`. At most [`MAX_TRAINERS`] trainers are tracked; when the
-//!   table is full the one silent the longest without an open stream gives way.
+//!   one more is `RESOURCE_EXHAUSTED` unless one of its streams has stalled and gives way. At
+//!   most [`MAX_TRAINERS`] trainers are tracked; when the table is full the one silent the
+//!   longest without an open stream gives way, else one whose streams have all stalled.
 //! - The shards streamed and not yet acknowledged are remembered per trainer up to
 //!   [`ServerConfig::max_unacked_per_trainer`]; past that the oldest are forgotten (a late Ack
 //!   of one is `NOT_FOUND`, which the client ignores).
 //! - What costs memory is counted in bytes, in one `budget` for all peers: a stream reserves
-//!   its worst case when it opens, a shard request body its declared size before it is read.
+//!   its worst case when it opens, a shard request body its bytes as they arrive.
 //!
 //! **Worst case memory of a stalled stream** (a client that opens a shard and stops reading):
 //! the engine stops at the channel, so the stream holds the two batches queued in it, the one
@@ -45,6 +47,7 @@ pub(crate) mod connections;
 pub(crate) mod refusal;
 pub(crate) mod service;
 pub(crate) mod shard;
+pub(crate) mod stall;
 mod state;
 mod trainer_id;
 
@@ -64,6 +67,7 @@ pub use budget::MEMORY_VAR;
 use connections::Connections;
 pub use connections::{IDLE_VAR, MAX_CONNECTIONS_VAR};
 use service::Service;
+pub use stall::{DEFAULT_STALL, STALL_VAR};
 use state::Shared;
 pub use trainer_id::LogId;
 
@@ -109,6 +113,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// A connection from which nothing arrives for this long is closed.
     pub idle_timeout: Duration,
+    /// A shard stream that makes no progress for this long is cancelled (`stall`).
+    pub stall_timeout: Duration,
 }
 
 /// Connections open at once by default: a trainer process holds one per data server, so this
@@ -161,6 +167,7 @@ impl ServerConfig {
             memory_budget: budget::for_job(1, max_streams_per_trainer, 0),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE,
+            stall_timeout: DEFAULT_STALL,
         }
     }
 }

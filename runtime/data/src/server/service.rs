@@ -9,7 +9,9 @@ use tonic::{Request, Response, Status};
 
 use super::StopReason;
 use super::budget::Reservation;
+use super::connections::Peer;
 use super::shard::{self, BatchOrError};
+use super::stall::Watch;
 use super::state::Shared;
 use super::trainer_id::{LogId, check_trainer_id};
 use crate::PROTOCOL_VERSION;
@@ -23,6 +25,14 @@ use crate::server::refusal::Refusal;
 #[derive(Clone)]
 pub(crate) struct Service(pub(crate) Arc<Shared>);
 
+/// A shard stream just opened: its batches arrive on `batches`; the response holds its share
+/// of the budget and tells `watch` when the client takes a batch.
+pub(crate) struct OpenShard {
+    pub(crate) batches: mpsc::Receiver<BatchOrError>,
+    pub(crate) reservation: Arc<Reservation>,
+    pub(crate) watch: Arc<Watch>,
+}
+
 impl Service {
     /// Check a shard request, reserve what its stream may hold, and start preprocessing it;
     /// its batches arrive on the receiver. The reservation is held by the preprocessing and by
@@ -31,26 +41,60 @@ impl Service {
     pub(crate) async fn open_shard(
         &self,
         request: ShardRequest,
-    ) -> Result<(mpsc::Receiver<BatchOrError>, Arc<Reservation>), Refusal> {
+        peer: Option<Peer>,
+    ) -> Result<OpenShard, Refusal> {
         let shared = self.0.clone();
         shard::validate(&shared, &request)?;
         if shared.stopping() {
             return Err(Refusal::ShuttingDown);
         }
         let reservation = Arc::new(shared.reserve_stream(request.batch_size).await?);
-        let open = shared.admit(&request)?;
+        let watch = Watch::new(peer);
+        let open = shared.admit(&request, watch.clone())?;
         shared.touch();
-        let (tx, rx) = mpsc::channel(2);
-        let held = reservation.clone();
-        tokio::task::spawn_blocking(move || {
-            shard::run(&shared, request, tx);
-            drop((open, held));
-        });
-        Ok((rx, reservation))
+        let (tx, batches) = mpsc::channel(2);
+        tokio::spawn(shard::produce(
+            shared,
+            request,
+            tx,
+            watch.clone(),
+            (open, reservation.clone()),
+        ));
+        Ok(OpenShard {
+            batches,
+            reservation,
+            watch,
+        })
     }
 }
 
-type BatchStream = ReceiverStream<BatchOrError>;
+/// A shard's batches as the plain tonic service streams them, telling the stream's watch when
+/// it is dropped, as the transport's body does.
+pub(crate) struct BatchStream {
+    batches: ReceiverStream<BatchOrError>,
+    watch: Arc<Watch>,
+}
+
+impl tokio_stream::Stream for BatchStream {
+    type Item = BatchOrError;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<BatchOrError>> {
+        let next = std::pin::Pin::new(&mut self.batches).poll_next(cx);
+        if next.is_ready() {
+            self.watch.progressed();
+        }
+        next
+    }
+}
+
+impl Drop for BatchStream {
+    fn drop(&mut self) {
+        self.watch.body_dropped();
+    }
+}
 
 #[tonic::async_trait]
 impl DataService for Service {
@@ -103,9 +147,13 @@ impl DataService for Service {
         &self,
         request: Request<ShardRequest>,
     ) -> Result<Response<BatchStream>, Status> {
-        // The preprocessing holds the reservation until its last batch is queued.
-        let (batches, _reservation) = self.open_shard(request.into_inner()).await?;
-        Ok(Response::new(ReceiverStream::new(batches)))
+        // The making of the batches holds the reservation until the stream is over.
+        let peer = request.extensions().get::<Peer>().cloned();
+        let open = self.open_shard(request.into_inner(), peer).await?;
+        Ok(Response::new(BatchStream {
+            batches: ReceiverStream::new(open.batches),
+            watch: open.watch,
+        }))
     }
 
     async fn ack(&self, request: Request<AckRequest>) -> Result<Response<AckResponse>, Status> {

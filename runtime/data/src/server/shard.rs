@@ -1,13 +1,17 @@
-//! One shard request: checked before any work, then preprocessed on a blocking thread into
-//! the stream's channel.
+//! One shard request: checked before any work, then made into the stream's channel, on a
+//! blocking thread while the client keeps up.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use hetgen_pipeline::ShardWork;
 use tokio::sync::mpsc;
 
+use super::budget::Reservation;
 use super::refusal::Refusal;
-use super::state::Shared;
+use super::stall::Watch;
+use super::state::{OpenStream, Shared};
 use super::trainer_id::check_trainer_id;
 use super::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use crate::MAX_MESSAGE_BYTES;
@@ -48,13 +52,161 @@ pub(crate) fn validate(shared: &Shared, request: &ShardRequest) -> Result<(), Re
     Ok(())
 }
 
-/// Runs on a blocking thread: preprocess the shard and feed the response stream.
-pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<BatchOrError>) {
+/// How long making batches on a blocking thread waits for the client to take one before the
+/// thread lets go: the stream resumes from that batch once the client takes data again. A
+/// trainer that keeps up takes a batch every step; one that has stopped reading holds no
+/// thread for longer than this.
+const GRACE: Duration = Duration::from_millis(500);
+
+/// Make the shard's batches into the stream's channel until its client has taken them all (the
+/// response body ends), the stream stalls ([`stall`]), or a stop. Batches are made on a blocking
+/// thread only while the client keeps up; while it does not, this task waits holding no thread.
+/// `open` and `reservation` are held until the stream is over.
+pub(crate) async fn produce(
+    shared: Arc<Shared>,
+    request: ShardRequest,
+    tx: mpsc::Sender<BatchOrError>,
+    watch: Arc<Watch>,
+    held: (OpenStream, Arc<Reservation>),
+) {
+    let request = Arc::new(request);
     let batches = request
         .sample_ids
         .len()
         .div_ceil(request.batch_size as usize) as u32;
-    let mut sent_batches = 0u32;
+    let stall = shared.config.stall_timeout;
+    let mut next = 0u32;
+    let mut waiting: Option<BatchOrError> = None;
+    let mut ended_early = None;
+    watch.progressed();
+    while next < batches || waiting.is_some() {
+        let Some(permit) = room(&shared, &tx, &watch).await else {
+            return;
+        };
+        if let Some(message) = waiting.take() {
+            permit.send(message);
+            watch.progressed();
+            continue;
+        }
+        drop(permit);
+        let segment = {
+            let (shared, request, tx) = (shared.clone(), request.clone(), tx.clone());
+            let watch = watch.clone();
+            tokio::task::spawn_blocking(move || make(&shared, &request, next, batches, &tx, &watch))
+                .await
+        };
+        let Ok(segment) = segment else {
+            ended_early = Some(Refusal::Internal("making the shard panicked".into()));
+            break;
+        };
+        next += segment.sent;
+        if let Some(batch) = segment.waiting {
+            next += 1;
+            waiting = Some(Ok(batch));
+            continue;
+        }
+        if segment.ended_early.is_some() || tx.is_closed() {
+            ended_early = segment.ended_early;
+            break;
+        }
+        if next < batches {
+            // Cut short by a stop (SIGTERM, Shutdown, the watchdog): the stream must not end
+            // OK, or a client that does not count batches would take the shard as complete.
+            ended_early = Some(Refusal::StoppedMidShard {
+                epoch: request.epoch,
+                shard: request.shard,
+                sent: next,
+                batches,
+            });
+            break;
+        }
+    }
+    if let Some(why) = ended_early
+        && let Some(permit) = room(&shared, &tx, &watch).await
+    {
+        permit.send(Err(why.into()));
+    }
+    // The client may still have batches to take: the stream is over when the body is gone
+    // (all taken, or the client reset the stream), or when it stalls. The body ends once every
+    // sender is gone.
+    drop(tx);
+    loop {
+        tokio::select! {
+            _ = watch.body_gone() => break,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                if watch.stalled_for() >= stall {
+                    cancel(&shared, &watch);
+                    break;
+                }
+            }
+        }
+    }
+    drop(held);
+}
+
+/// Room in the channel for one message, waiting for the client to take one; `None` when the
+/// body is gone, or the stream made no progress for `stall` (then it is cancelled).
+async fn room<'a>(
+    shared: &Shared,
+    tx: &'a mpsc::Sender<BatchOrError>,
+    watch: &Watch,
+) -> Option<mpsc::Permit<'a, BatchOrError>> {
+    let stall = shared.config.stall_timeout;
+    loop {
+        let check_at = stall
+            .saturating_sub(watch.stalled_for())
+            .max(Duration::from_millis(100));
+        tokio::select! {
+            permit = tx.reserve() => return permit.ok(),
+            _ = tokio::time::sleep(check_at) => {
+                if watch.stalled_for() >= stall {
+                    cancel(shared, watch);
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// A stream stalled for the timeout is cancelled; logged within the peers' log budget.
+fn cancel(shared: &Shared, watch: &Watch) {
+    if watch.cancel()
+        && let Some(suppressed) = shared.logs.stalled.allow()
+    {
+        tracing::warn!(
+            stall_s = shared.config.stall_timeout.as_secs_f64(),
+            suppressed,
+            "a shard stream's client took no data for the stall timeout; closed its connection"
+        );
+    }
+}
+
+/// What one run of [`make`] did.
+struct Segment {
+    /// Batches queued.
+    sent: u32,
+    /// A batch made that found no room within [`GRACE`]: the next to queue.
+    waiting: Option<Batch>,
+    /// Why the shard ends without its last batch.
+    ended_early: Option<Refusal>,
+}
+
+/// On a blocking thread: make the shard's batches from `from` on into `tx` while the client
+/// keeps up.
+fn make(
+    shared: &Shared,
+    request: &ShardRequest,
+    from: u32,
+    batches: u32,
+    tx: &mpsc::Sender<BatchOrError>,
+    watch: &Watch,
+) -> Segment {
+    let runtime = tokio::runtime::Handle::current();
+    let mut segment = Segment {
+        sent: 0,
+        waiting: None,
+        ended_early: None,
+    };
     let mut oversize = None;
     let mut emit = |batch: hetgen_pipeline::Batch| {
         if shared.stopping() {
@@ -70,12 +222,13 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
             });
             return false;
         }
+        let index = from + batch.index;
         let checksum = batch_checksum(&batch);
         let message = Batch {
             epoch: batch.epoch,
             shard: batch.shard,
-            index: batch.index,
-            last: batch.index + 1 == batches,
+            index,
+            last: index + 1 == batches,
             sample_ids: batch.sample_ids,
             labels: batch.labels,
             data: batch.data,
@@ -83,25 +236,37 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
             tensors: crate::wire::tensors_to_wire(&batch.tensors),
             structure: batch.structure,
         };
+        watch.progressed();
         shared.queued.fetch_add(1, Ordering::Relaxed);
-        let sent = tx.blocking_send(Ok(message)).is_ok();
+        let permit = runtime.block_on(tokio::time::timeout(GRACE, tx.reserve()));
         shared.queued.fetch_sub(1, Ordering::Relaxed);
-        if sent {
-            sent_batches += 1;
-            shared.samples_served.fetch_add(n, Ordering::Relaxed);
-            shared.touch();
+        match permit {
+            Ok(Ok(permit)) => {
+                permit.send(Ok(message));
+                segment.sent += 1;
+                shared.samples_served.fetch_add(n, Ordering::Relaxed);
+                shared.touch();
+                true
+            }
+            // The body is gone.
+            Ok(Err(_)) => false,
+            // The client is not taking batches: let the thread go.
+            Err(_) => {
+                segment.waiting = Some(message);
+                false
+            }
         }
-        sent
     };
+    let bs = request.batch_size as usize;
     let work = ShardWork {
         epoch: request.epoch,
         shard: request.shard,
-        ids: &request.sample_ids,
+        ids: &request.sample_ids[(from as usize * bs).min(request.sample_ids.len())..],
         batch_size: request.batch_size,
     };
     let result = shared.engine.run_shard(work, &mut emit);
     let (epoch, shard) = (request.epoch, request.shard);
-    let ended_early = match result {
+    segment.ended_early = match result {
         _ if oversize.is_some() => oversize,
         Err(e) => {
             if let Some(suppressed) = shared.logs.failed.allow() {
@@ -113,17 +278,7 @@ pub(crate) fn run(shared: &Shared, request: ShardRequest, tx: mpsc::Sender<Batch
                 error: e.to_string(),
             })
         }
-        // Cut short by a stop (SIGTERM, Shutdown, the watchdog): the stream must not end OK, or
-        // a client that does not count batches would take the shard as complete.
-        Ok(()) if sent_batches < batches && !tx.is_closed() => Some(Refusal::StoppedMidShard {
-            epoch,
-            shard,
-            sent: sent_batches,
-            batches,
-        }),
         Ok(()) => None,
     };
-    if let Some(why) = ended_early {
-        let _ = tx.blocking_send(Err(why.into()));
-    }
+    segment
 }

@@ -4,12 +4,13 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use super::budget::{self, Budget, Reservation, Short};
 use super::refusal::Refusal;
+use super::stall::{GIVE_WAY, Watch};
 use super::trainer_id::LogId;
 use super::{Batches, MAX_TRAINERS, ServerConfig, StopReason};
 use crate::proto::{ServerStats, ShardRequest};
@@ -55,12 +56,14 @@ pub(crate) struct Logs {
     pub(crate) forgotten: LogThrottle,
     pub(crate) finished: LogThrottle,
     pub(crate) failed: LogThrottle,
+    pub(crate) stalled: LogThrottle,
+    pub(crate) gave_way: LogThrottle,
 }
 
 /// What the server keeps per trainer.
 struct Trainer {
-    /// Shard streams open now.
-    streams: usize,
+    /// Its shard streams open now.
+    streams: Vec<Arc<Watch>>,
     /// (epoch, shard) streamed and not yet acknowledged, oldest first.
     unacked: VecDeque<(u32, u32)>,
     /// When it last opened a stream or acknowledged one.
@@ -70,7 +73,7 @@ struct Trainer {
 impl Default for Trainer {
     fn default() -> Self {
         Trainer {
-            streams: 0,
+            streams: Vec::new(),
             unacked: VecDeque::new(),
             last_seen: Instant::now(),
         }
@@ -80,7 +83,21 @@ impl Default for Trainer {
 impl Trainer {
     /// Nothing open and nothing owed: the entry can go.
     fn idle(&self) -> bool {
-        self.streams == 0 && self.unacked.is_empty()
+        self.streams.is_empty() && self.unacked.is_empty()
+    }
+
+    /// How long the least stalled of its streams has been stalled: every stream of it for at
+    /// least that long. `None` without streams.
+    fn stalled_for(&self) -> Option<Duration> {
+        self.streams.iter().map(|w| w.stalled_for()).min()
+    }
+
+    /// Cancel its streams stalled for [`GIVE_WAY`]; how many.
+    fn cancel_stalled(&mut self) -> usize {
+        let before = self.streams.len();
+        self.streams
+            .retain(|w| !(w.stalled_for() >= GIVE_WAY && w.cancel()));
+        before - self.streams.len()
     }
 }
 
@@ -88,13 +105,14 @@ impl Trainer {
 pub(crate) struct OpenStream {
     shared: Arc<Shared>,
     trainer: String,
+    watch: Arc<Watch>,
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
         let mut trainers = lock(&self.shared.trainers);
         if let Some(t) = trainers.get_mut(&self.trainer) {
-            t.streams = t.streams.saturating_sub(1);
+            t.streams.retain(|w| !Arc::ptr_eq(w, &self.watch));
             if t.idle() {
                 trainers.remove(&self.trainer);
             }
@@ -212,9 +230,17 @@ impl Shared {
     }
 
     /// Reserve what a stream of `batch_size` may hold from the server-wide budget, waiting up
-    /// to [`budget::WAIT`] for other streams to end.
+    /// to [`budget::WAIT`] for other streams to end. Short of room, every stream stalled for
+    /// [`GIVE_WAY`] is cancelled first: what it holds is wanted by one that progresses.
     pub(crate) async fn reserve_stream(&self, batch_size: u32) -> Result<Reservation, Refusal> {
         let bytes = self.stream_bytes(batch_size);
+        if self.budget.bytes() - self.budget.in_use() < bytes {
+            let cancelled: usize = lock(&self.trainers)
+                .values_mut()
+                .map(Trainer::cancel_stalled)
+                .sum();
+            self.log_gave_way(cancelled, "the memory budget");
+        }
         self.budget
             .reserve(bytes, budget::WAIT)
             .await
@@ -241,35 +267,71 @@ impl Shared {
         }
     }
 
-    /// Count a stream against its trainer's limits and remember the shard as unacknowledged.
-    pub(crate) fn admit(self: &Arc<Self>, request: &ShardRequest) -> Result<OpenStream, Refusal> {
+    fn log_gave_way(&self, cancelled: usize, to: &str) {
+        if cancelled > 0
+            && let Some(suppressed) = self.logs.gave_way.allow()
+        {
+            tracing::warn!(
+                cancelled,
+                to,
+                suppressed,
+                "shard streams stalled for {} s gave way",
+                GIVE_WAY.as_secs()
+            );
+        }
+    }
+
+    /// Count a stream (`watch`) against its trainer's limits and remember the shard as
+    /// unacknowledged.
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        request: &ShardRequest,
+        watch: Arc<Watch>,
+    ) -> Result<OpenStream, Refusal> {
         let id = &request.trainer_id;
         let mut trainers = lock(&self.trainers);
         if !trainers.contains_key(id) && trainers.len() >= MAX_TRAINERS {
-            // Full: the trainer silent the longest with no stream open gives way. Only its
+            // Full: the trainer silent the longest with no stream open gives way, else the one
+            // whose streams have all stalled the longest, for [`GIVE_WAY`] at least. Only its
             // unacknowledged shards are forgotten (a late Ack of one is NOT_FOUND, which
             // clients ignore), so no one, however many ids they use, locks a trainer out.
             let stalest = trainers
                 .iter()
-                .filter(|(_, t)| t.streams == 0)
+                .filter(|(_, t)| t.streams.is_empty())
                 .min_by_key(|(_, t)| t.last_seen)
-                .map(|(id, _)| id.clone());
-            match stalest {
-                Some(old) => trainers.remove(&old),
+                .map(|(id, _)| id.clone())
+                .or_else(|| {
+                    trainers
+                        .iter()
+                        .filter_map(|(id, t)| Some((id, t.stalled_for()?)))
+                        .filter(|(_, stalled)| *stalled >= GIVE_WAY)
+                        .max_by_key(|(_, stalled)| *stalled)
+                        .map(|(id, _)| id.clone())
+                });
+            match stalest.and_then(|old| trainers.remove(&old)) {
+                Some(mut old) => {
+                    let cancelled = old.cancel_stalled();
+                    self.log_gave_way(cancelled, "a new trainer");
+                }
                 None => return Err(Refusal::TrainerTableFull),
             };
         }
         let trainer = trainers.entry(id.clone()).or_default();
         trainer.last_seen = Instant::now();
         let cap = self.config.max_streams_per_trainer;
-        if trainer.streams >= cap {
+        if trainer.streams.len() >= cap {
+            // Its own streams that stalled make room for one that will progress.
+            let cancelled = trainer.cancel_stalled();
+            self.log_gave_way(cancelled, "a new stream of their trainer");
+        }
+        if trainer.streams.len() >= cap {
             return Err(Refusal::TooManyStreams {
                 trainer: id.clone(),
-                open: trainer.streams,
+                open: trainer.streams.len(),
                 cap,
             });
         }
-        trainer.streams += 1;
+        trainer.streams.push(watch.clone());
         let key = (request.epoch, request.shard);
         if !trainer.unacked.contains(&key) {
             trainer.unacked.push_back(key);
@@ -283,6 +345,7 @@ impl Shared {
         Ok(OpenStream {
             shared: self.clone(),
             trainer: id.clone(),
+            watch,
         })
     }
 
