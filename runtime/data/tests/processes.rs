@@ -2,6 +2,8 @@
 //! loopback address, killed and signalled for real.
 
 mod common;
+#[path = "common/peers.rs"]
+mod peers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -577,35 +579,6 @@ fn a_frozen_server_costs_the_trainer_little_and_serves_again_once_resumed() {
     }
 }
 
-/// A peer without the token that keeps its connection busy, as `peers` of it for as long as
-/// `flooding`: an HTTP/2 client that pings every 300 ms (h2 answers the server's pings too),
-/// and connects again a second after the server closes it. Returns how many connections the
-/// server closed.
-async fn pinging_guest(
-    address: std::net::SocketAddr,
-    flooding: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> usize {
-    let mut closed = 0;
-    while flooding.load(std::sync::atomic::Ordering::Relaxed) {
-        if let Ok(socket) = tokio::net::TcpStream::connect(address).await
-            && let Ok((_send, mut connection)) = h2::client::handshake(socket).await
-        {
-            let mut ping_pong = connection.ping_pong().expect("a fresh connection");
-            let driver = tokio::spawn(connection);
-            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
-                if ping_pong.ping(h2::Ping::opaque()).await.is_err() {
-                    closed += 1;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            driver.abort();
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    closed
-}
-
 #[test]
 fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
     let cluster = Cluster::new(1);
@@ -618,7 +591,7 @@ fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
     let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     // As many as the connection cap, each never quiet for long.
     let flood: Vec<_> = (0..32)
-        .map(|_| runtime.spawn(pinging_guest(address, flooding.clone())))
+        .map(|_| runtime.spawn(peers::pinging_guest(address, flooding.clone())))
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     // A trainer still gets in, at once, and streams whole epochs beside the flood.
@@ -647,58 +620,6 @@ fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
     exits_saying(&mut children.0[0], 5, "guest connections");
 }
 
-/// Shard streams of `trainer`'s ranks `ranks` that never take a byte: opened 8 to a raw HTTP/2
-/// connection whose receive window is 0, so the server can send no batch. Each returned task
-/// ends when the server closes its connection.
-async fn stalled_streams(
-    address: std::net::SocketAddr,
-    trainer: &str,
-    ranks: std::ops::Range<u32>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let ranks: Vec<u32> = ranks.collect();
-    let mut connections = Vec::new();
-    for chunk in ranks.chunks(8) {
-        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-        let (mut h2, connection) = h2::client::Builder::new()
-            .initial_window_size(0)
-            .handshake::<_, bytes::Bytes>(tcp)
-            .await
-            .unwrap();
-        let driver = tokio::spawn(connection);
-        let mut responses = Vec::new();
-        for (shard, rank) in chunk.iter().enumerate() {
-            let request = hetgen_data::proto::ShardRequest {
-                epoch: 0,
-                shard: shard as u32,
-                sample_ids: (0..64).collect(),
-                batch_size: 1,
-                trainer_id: format!("{trainer}/rank-{rank}"),
-            };
-            let message = prost::Message::encode_to_vec(&request);
-            let mut frame = vec![0u8];
-            frame.extend((message.len() as u32).to_be_bytes());
-            frame.extend(message);
-            h2 = h2.ready().await.unwrap();
-            let head = http::Request::post(format!(
-                "http://{address}/hetgen.data.v1.DataService/StreamShard"
-            ))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("authorization", format!("Bearer {TOKEN}"))
-            .body(())
-            .unwrap();
-            let (response, mut body) = h2.send_request(head, false).unwrap();
-            body.send_data(frame.into(), true).unwrap();
-            responses.push(response);
-        }
-        connections.push(tokio::spawn(async move {
-            let _held = (h2, responses);
-            let _ = driver.await;
-        }));
-    }
-    connections
-}
-
 #[test]
 fn stalled_streams_hold_no_thread_and_give_way_to_a_new_trainer() {
     let cluster = Cluster::new(1);
@@ -710,7 +631,14 @@ fn stalled_streams_hold_no_thread_and_give_way_to_a_new_trainer() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     // A full trainer table, every trainer with a stream that takes nothing: more streams than
     // tokio's 512 blocking threads.
-    let stalled = runtime.block_on(stalled_streams(address, &cluster.trainer, 1..1025));
+    let stalled = runtime
+        .block_on(peers::stalled_streams(
+            address,
+            TOKEN,
+            &cluster.trainer,
+            1..1025,
+        ))
+        .unwrap();
     std::thread::sleep(hetgen_data::STREAM_GIVE_WAY + Duration::from_secs(1));
     let job = job();
     let started = Instant::now();
@@ -737,7 +665,14 @@ fn a_stream_whose_client_takes_nothing_is_cancelled_at_the_stall_timeout() {
     drop(when_listening(address));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let started = Instant::now();
-    let stalled = runtime.block_on(stalled_streams(address, &cluster.trainer, 1..17));
+    let stalled = runtime
+        .block_on(peers::stalled_streams(
+            address,
+            TOKEN,
+            &cluster.trainer,
+            1..17,
+        ))
+        .unwrap();
     let waited = runtime.block_on(async {
         tokio::time::timeout(Duration::from_secs(10), async {
             for connection in stalled {

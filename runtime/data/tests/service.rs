@@ -804,22 +804,47 @@ fn a_batch_no_stream_could_hold_within_the_memory_budget_is_refused_naming_the_l
 #[test]
 fn streams_over_the_memory_budget_wait_for_others_to_end_whatever_their_trainer_ids() {
     let job = job();
-    // Room for exactly one stream of 16-sample batches (13 KiB) at a time.
-    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 20 << 10);
+    // Room for three streams of 16-sample batches (13 KiB each) at a time, and a few request
+    // bodies (1 KiB each).
+    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 44 << 10);
     let (rt, mut client) = stalling_client(&server);
-    let stalled = rt
-        .block_on(client.stream_shard(shard_of("a", 0, 16)))
-        .unwrap()
-        .into_inner();
-    // Another id is no way around the budget: its stream waits, holding nothing.
+    let mut stalled: Vec<_> = (0..3)
+        .map(|shard| {
+            rt.block_on(client.stream_shard(shard_of("a", shard, 16)))
+                .unwrap()
+                .into_inner()
+        })
+        .collect();
+    // Another id is no way around the budget: its stream, within a fair share (half the
+    // budget, with one other trainer streaming), waits, holding nothing.
     let mut other = client.clone();
-    let waiting = rt.spawn(async move { other.stream_shard(shard_of("b", 1, 16)).await });
+    let waiting = rt.spawn(async move { other.stream_shard(shard_of("b", 3, 16)).await });
     std::thread::sleep(Duration::from_millis(800));
     assert!(
         !waiting.is_finished(),
         "a second stream opened over the budget"
     );
-    drop(stalled);
+    // One over a fair share is refused at once, with the figures: 26 KiB of 32-sample batches,
+    // more than the 22 KiB half the budget is with one other trainer streaming (a waiting
+    // stream holds nothing, so `b` does not count).
+    let started = Instant::now();
+    let refused = rt
+        .block_on(client.stream_shard(shard_of("c", 4, 32)))
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?} {refused:?}",
+        started.elapsed()
+    );
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("more than a fair share")
+            && refused.message().contains("2 streaming trainers")
+            && refused.message().contains("HETGEN_DATA_MEMORY_MIB"),
+        "{}",
+        refused.message()
+    );
+    stalled.pop();
     let mut served = rt.block_on(waiting).unwrap().unwrap().into_inner();
     let mut batches = 0;
     while rt.block_on(served.message()).unwrap().is_some() {

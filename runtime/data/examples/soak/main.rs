@@ -14,6 +14,10 @@
 //! up to all servers but one while the trainers stream, waits for the trainers, stops what is left and
 //! checks the trainers' audit files. Rounds repeat until the time is up. A trainer is this same
 //! program run as `soak trainer …`.
+//!
+//! `soak stragglers` measures what one frozen server costs the trainers, `soak misbehaving`
+//! what a peer beside the job costs them (pinging connections without the token, shard streams
+//! that never take a byte); both alternate runs with and without, and check every run.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
@@ -28,8 +32,12 @@ use hetgen_pipeline::plan::EpochPlan;
 use hetgen_pipeline::{BatchStream, InputConfig};
 use hetgen_spec::model::Job;
 
+mod misbehaving;
+#[path = "../../tests/common/peers.rs"]
+mod peers;
 mod stragglers;
 
+use misbehaving::misbehaving;
 use stragglers::stragglers;
 
 const TOKEN: &str = "soak-0123456789abcdef0123456789";
@@ -76,6 +84,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("trainer") => trainer(&args),
         Some("stragglers") => stragglers(&args),
+        Some("misbehaving") => misbehaving(&args),
         _ => coordinator(&args),
     }
 }
@@ -429,6 +438,14 @@ impl Cluster {
             port,
             hosts,
         }
+    }
+
+    /// The data servers' socket addresses.
+    fn addresses(&self) -> Vec<std::net::SocketAddr> {
+        self.hosts
+            .iter()
+            .map(|(_, ip)| std::net::SocketAddr::new(ip.parse().expect("an IP"), self.port))
+            .collect()
     }
 
     /// The data servers of a round, one per host.

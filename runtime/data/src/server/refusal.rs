@@ -55,6 +55,17 @@ pub(crate) enum Refusal {
         cap: usize,
     },
     #[error(
+        "the stream needs {needed_mib} MiB of this data server's memory budget ({budget_mib} MiB, {var}) and {free_mib} MiB are free; that is more than a fair share ({share_mib} MiB, the budget divided among {trainers} streaming trainers), so it is refused now instead of waiting: ask again later, use smaller batches, or raise {var}"
+    )]
+    OverFairShare {
+        needed_mib: u64,
+        free_mib: u64,
+        share_mib: u64,
+        trainers: u64,
+        budget_mib: u64,
+        var: &'static str,
+    },
+    #[error(
         "this data server's memory budget for batches in flight ({budget_mib} MiB, {var}) stayed in use by other streams for {waited_s} s; the stream needs {needed_mib} MiB"
     )]
     BudgetBusy {
@@ -133,6 +144,7 @@ impl Refusal {
             | TrainerTableFull
             | TooManyStreams { .. }
             | BudgetBusy { .. }
+            | OverFairShare { .. }
             | BodyBudgetBusy { .. } => Code::ResourceExhausted,
             BodyDeadline { .. } => Code::DeadlineExceeded,
             NotOneFrame

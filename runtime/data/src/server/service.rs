@@ -48,7 +48,11 @@ impl Service {
         if shared.stopping() {
             return Err(Refusal::ShuttingDown);
         }
-        let reservation = Arc::new(shared.reserve_stream(request.batch_size).await?);
+        let reservation = Arc::new(
+            shared
+                .reserve_stream(&request.trainer_id, request.batch_size)
+                .await?,
+        );
         let watch = Watch::new(peer);
         let open = shared.admit(&request, watch.clone())?;
         shared.touch();

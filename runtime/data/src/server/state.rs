@@ -229,17 +229,41 @@ impl Shared {
         stream_bytes(batch_size, self.sample_bytes)
     }
 
-    /// Reserve what a stream of `batch_size` may hold from the server-wide budget, waiting up
-    /// to [`budget::WAIT`] for other streams to end. Short of room, every stream stalled for
-    /// [`GIVE_WAY`] is cancelled first: what it holds is wanted by one that progresses.
-    pub(crate) async fn reserve_stream(&self, batch_size: u32) -> Result<Reservation, Refusal> {
+    /// Reserve what a stream of `trainer` with `batch_size` may hold from the server-wide
+    /// budget, waiting up to [`budget::WAIT`] for other streams to end.
+    ///
+    /// Short of room, every stream stalled for [`GIVE_WAY`] is cancelled first: what it holds
+    /// is wanted by one that progresses. If none was, and the stream wants more than a fair
+    /// share of the budget (the budget divided among the trainers streaming, this one
+    /// included), it is refused at once: waiting, it would only queue for room that others,
+    /// within their shares, are entitled to.
+    pub(crate) async fn reserve_stream(
+        &self,
+        trainer: &str,
+        batch_size: u32,
+    ) -> Result<Reservation, Refusal> {
         let bytes = self.stream_bytes(batch_size);
-        if self.budget.bytes() - self.budget.in_use() < bytes {
-            let cancelled: usize = lock(&self.trainers)
-                .values_mut()
-                .map(Trainer::cancel_stalled)
-                .sum();
+        let free = self.budget.bytes() - self.budget.in_use();
+        if free < bytes {
+            let mut trainers = lock(&self.trainers);
+            let cancelled: usize = trainers.values_mut().map(Trainer::cancel_stalled).sum();
             self.log_gave_way(cancelled, "the memory budget");
+            let streaming = trainers
+                .iter()
+                .filter(|(id, t)| !t.streams.is_empty() && id.as_str() != trainer)
+                .count() as u64
+                + 1;
+            let share = self.budget.bytes() / streaming;
+            if cancelled == 0 && bytes > share {
+                return Err(Refusal::OverFairShare {
+                    needed_mib: bytes.div_ceil(1 << 20),
+                    free_mib: free >> 20,
+                    share_mib: share >> 20,
+                    trainers: streaming,
+                    budget_mib: self.budget.mib(),
+                    var: budget::MEMORY_VAR,
+                });
+            }
         }
         self.budget
             .reserve(bytes, budget::WAIT)
