@@ -156,6 +156,11 @@ pub fn run_data_role(
     )?;
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     config.trainer_hosts = crate::client::trainer_hosts(job, env);
+    config.peers = crate::client::data_hosts(job, env)
+        .into_iter()
+        .filter(|h| h != env.host())
+        .map(|h| (h, port))
+        .collect();
     let ranks_per_host = job
         .trainer
         .script()

@@ -693,3 +693,59 @@ fn a_stream_whose_client_takes_nothing_is_cancelled_at_the_stall_timeout() {
     cluster.finished(&client, "done");
     exits_saying(&mut children.0[0], 5, "took no data for the stall timeout");
 }
+
+#[test]
+fn a_frozen_server_holds_no_trainer_host_that_tells_it_training_is_over() {
+    let cluster = Cluster::new(1);
+    let mut children = Reaper(vec![cluster.start("algo-1", &[])]);
+    drop(when_listening(cluster.address("algo-1")));
+    signal(&children.0[0], "STOP");
+    // The trainer host tells it training is over, and does not wait for it to answer.
+    let started = Instant::now();
+    let untold = hetgen_data::client::tell_finished(
+        &cluster.hosts(&["algo-1"]),
+        TOKEN,
+        &cluster.trainer,
+        false,
+        "done",
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(untold.len(), 1, "{untold:?}");
+    // Resumed, it finds the message the trainer host left, and stops.
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&children.0[0], "CONT");
+    exits_saying(&mut children.0[0], 5, "trainer sent Shutdown");
+}
+
+#[test]
+fn a_server_whose_trainers_and_peers_are_gone_stops_without_waiting_for_its_watchdog() {
+    let cluster = Cluster::new(2);
+    let mut children = Reaper(vec![
+        cluster.start("algo-1", &[]),
+        cluster.start("algo-2", &[]),
+    ]);
+    let job = job();
+    let client = cluster.connect(&job, &["algo-1", "algo-2"]);
+    one_epoch(&client, &job);
+    // The trainer goes without a word (as one does when the server missed its Shutdown).
+    drop(client);
+    // Its peer still serves: the job may not be over, so it waits.
+    std::thread::sleep(hetgen_data::server::ORPHAN_QUIET + Duration::from_secs(2));
+    assert!(
+        exited_within(&mut children.0[0], Duration::ZERO).is_none(),
+        "stopped while a peer still served"
+    );
+    // The peer gone too, the job is over.
+    let _ = children.0[1].kill();
+    exits_saying(
+        &mut children.0[0],
+        8,
+        "none of the job's other data servers answers",
+    );
+}

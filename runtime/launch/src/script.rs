@@ -21,12 +21,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStderr, Command, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hetgen_data::client::{connect_to_job, data_hosts, resolve_blocking};
+use hetgen_data::client::{data_hosts, resolve_blocking, tell_job_finished};
 use hetgen_env::Env;
 use hetgen_env::process::Signal;
 use hetgen_pipeline::BoxError;
@@ -83,8 +81,7 @@ pub fn run(
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
-    let signalled = Arc::new(AtomicBool::new(false));
-    let signals = forward_signals(child.id(), signalled.clone())?;
+    let signals = forward_signals(child.id())?;
     let copier = copy_stderr(child.stderr.take().expect("stderr is piped"));
     let status = child.wait()?;
     signals.close();
@@ -97,14 +94,10 @@ pub fn run(
         format!("{} finished training", env.host())
     };
     // After a signal the data servers are told all the same (this host alone may have been
-    // stopped), but briefly: when the whole job is being stopped they got the signal too and
-    // are gone, and waiting on them would outlast the stop's grace period.
-    let patience = if signalled.load(Ordering::SeqCst) {
-        Duration::from_secs(1)
-    } else {
-        Duration::from_secs(5)
-    };
-    tell_data_servers(job, env, failed, &reason, patience);
+    // stopped). A server answers a Shutdown in milliseconds; one that has not within a second
+    // is gone (the whole job is being stopped, or another host failed) or frozen, and the
+    // message waits for it in its socket.
+    tell_data_servers(job, env, failed, &reason, Duration::from_secs(1));
     if !failed {
         return Ok(format!(
             "training script finished ({} host(s) × {} process(es))",
@@ -340,13 +333,11 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience:
     if data_hosts(job, env).is_empty() {
         return;
     }
-    let id = format!("{}/launcher", env.host());
-    // The servers have been up all along; one that does not answer within seconds has stopped
-    // already (another host failed, or the job is being stopped), and waiting longer would only
-    // hold this host up.
-    match connect_to_job(job, env, id, None, |c| c.connect_timeout = patience) {
-        Ok(client) => {
-            for (host, why) in client.finished(env.host(), failed, reason) {
+    // No handshake first, and no waiting past `patience`: a frozen server would hold this
+    // host, and its GPUs, until it thaws.
+    match tell_job_finished(job, env, failed, reason, patience) {
+        Ok(untold) => {
+            for (host, why) in untold {
                 tracing::warn!(%host, %why, "could not tell a data server this host finished (its watchdog will stop it)");
             }
         }
@@ -356,18 +347,13 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience:
     }
 }
 
-/// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group; `passed` says
-/// whether one did.
-fn forward_signals(
-    group: u32,
-    passed: Arc<AtomicBool>,
-) -> Result<signal_hook::iterator::Handle, BoxError> {
+/// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group.
+fn forward_signals(group: u32) -> Result<signal_hook::iterator::Handle, BoxError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
     let handle = signals.handle();
     std::thread::spawn(move || {
         for signal in signals.forever() {
-            passed.store(true, Ordering::SeqCst);
             tracing::info!(signal, "passing the signal to the training script");
             // The group is torchrun's, which this process started and has not yet reaped.
             if let Some(signal) = Signal::from_named_raw(signal) {

@@ -52,15 +52,62 @@ pub fn resolve_blocking(host: &str, port: u16, timeout: Duration) -> std::io::Re
     })
 }
 
+/// The local cluster's hosts file, if there is one.
+fn hosts_file() -> Result<HostsFile, ClientError> {
+    HostsFile::from_env().map_err(|e| ClientError::Mismatch {
+        host: hetgen_env::HOSTS_FILE_VAR.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// How a trainer reaches the data server at `address`.
+fn endpoint(address: SocketAddr) -> Endpoint {
+    Endpoint::from_shared(format!("http://{address}"))
+        .expect("a socket address is a valid URI")
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        // The frame size a peer may send is the receiver's setting: without this the servers'
+        // batches arrive in 16 KiB frames, a thousand per batch.
+        .max_frame_size(MAX_FRAME)
+}
+
+fn service_client(channel: tonic::transport::Channel, token: AttachToken) -> ServiceClient {
+    DataServiceClient::with_interceptor(channel, token)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// A client of each of `hosts` that connects on its first call, without a handshake: for a
+/// caller with one thing to say (a launcher's Shutdown), which must not wait on a server that
+/// accepts connections but does not answer. Hosts that cannot be resolved are returned apart,
+/// with why.
+pub(super) async fn reach_lazily(
+    hosts: &[(String, u16)],
+    token: &str,
+) -> Result<(Vec<(String, ServiceClient)>, Vec<(String, String)>), ClientError> {
+    let table = hosts_file()?;
+    let token = AttachToken::new(token)?;
+    let (mut reached, mut unresolved) = (Vec::new(), Vec::new());
+    for (host, port) in hosts {
+        match resolve(&table, host, *port).await {
+            Ok(address) => reached.push((
+                host.clone(),
+                service_client(endpoint(address).connect_lazy(), token.clone()),
+            )),
+            Err(e) => unresolved.push((host.clone(), format!("cannot resolve: {e}"))),
+        }
+    }
+    Ok((reached, unresolved))
+}
+
 pub(super) async fn connect_all(
     hosts: &[(String, u16)],
     shape: [u32; 3],
     config: &ClientConfig,
 ) -> Result<Vec<Server>, ClientError> {
-    let table = HostsFile::from_env().map_err(|e| ClientError::Mismatch {
-        host: hetgen_env::HOSTS_FILE_VAR.to_owned(),
-        message: e.to_string(),
-    })?;
+    let table = hosts_file()?;
     let token = AttachToken::new(&config.token)?;
     let tasks: Vec<_> = hosts
         .iter()
@@ -132,11 +179,20 @@ async fn connect_one(
     let mut delay = Duration::from_millis(50);
     let mut last_error;
     loop {
-        match try_connect(table, host, port, token.clone(), config).await {
-            Ok(server) => return Ok(server),
+        // An attempt is bounded by the time left: a host that accepts the connection but does
+        // not answer (its process frozen, say) must not hold the caller past its timeout.
+        let left = config
+            .connect_timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(100));
+        let attempt =
+            tokio::time::timeout(left, try_connect(table, host, port, token.clone(), config));
+        match attempt.await {
+            Ok(Ok(server)) => return Ok(server),
             // A server that answers but refuses is not going to change its mind.
-            Err(Attempt::Refused(e)) => return Err(e),
-            Err(Attempt::NotYet(e)) => last_error = e,
+            Ok(Err(Attempt::Refused(e))) => return Err(e),
+            Ok(Err(Attempt::NotYet(e))) => last_error = e,
+            Err(_) => last_error = format!("no answer to the handshake within {left:?}"),
         }
         if started.elapsed() >= config.connect_timeout {
             return Err(ClientError::Unreachable {
@@ -166,22 +222,11 @@ async fn try_connect(
     let address = resolve(table, host, port)
         .await
         .map_err(|e| Attempt::NotYet(format!("cannot resolve {host}: {e}")))?;
-    let endpoint = Endpoint::from_shared(format!("http://{address}"))
-        .expect("a socket address is a valid URI")
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        // The frame size a peer may send is the receiver's setting: without this the servers'
-        // batches arrive in 16 KiB frames, a thousand per batch.
-        .max_frame_size(MAX_FRAME);
-    let channel = endpoint
+    let channel = endpoint(address)
         .connect()
         .await
         .map_err(|e| Attempt::NotYet(format!("cannot connect to {address}: {e}")))?;
-    let mut client: ServiceClient = DataServiceClient::with_interceptor(channel, token)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut client = service_client(channel, token);
     let request = HandshakeRequest {
         protocol_version: PROTOCOL_VERSION,
         trainer_id: config.trainer_id.clone(),

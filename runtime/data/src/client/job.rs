@@ -54,6 +54,33 @@ pub fn trainer_id(env: &Env, rank: u32) -> String {
     format!("{}/rank-{rank}", env.host())
 }
 
+/// Tell every data host of `job` that this trainer host finished (`failed`: its training
+/// failed), giving each `patience` to answer ([`super::tell_finished`]: no handshake first, so
+/// a data host that is frozen holds this host up for `patience` at most). Returns the hosts
+/// that could not be told, with why.
+pub fn tell_job_finished(
+    job: &Job,
+    env: &Env,
+    failed: bool,
+    reason: &str,
+    patience: std::time::Duration,
+) -> Result<Vec<(String, String)>, BoxError> {
+    let port = crate::role::data_port()?;
+    let token = crate::auth::token_from_env()?;
+    let targets: Vec<(String, u16)> = data_hosts(job, env)
+        .into_iter()
+        .map(|host| (host, port))
+        .collect();
+    Ok(super::tell_finished(
+        &targets,
+        &token,
+        env.host(),
+        failed,
+        reason,
+        patience,
+    )?)
+}
+
 /// Connect to every data host of `job` as `trainer_id`, with `token` or else the job's token
 /// from the environment; `configure` may adjust the client's timeouts before it connects.
 pub fn connect_to_job(

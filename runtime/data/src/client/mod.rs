@@ -30,7 +30,9 @@ use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
 pub use connect::{resolve, resolve_blocking};
-pub use job::{connect_to_job, data_hosts, local_threads, trainer_hosts, trainer_id};
+pub use job::{
+    connect_to_job, data_hosts, local_threads, tell_job_finished, trainer_hosts, trainer_id,
+};
 
 /// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
 pub const LOCAL_SOURCE: &str = "local";
@@ -315,23 +317,101 @@ impl Client {
     }
 
     fn send_shutdown(&self, request: ShutdownRequest) -> Vec<(String, String)> {
-        let servers = self.servers.clone();
-        self.runtime.block_on(async move {
-            let calls = servers.into_iter().map(|server| {
-                let request = request.clone();
-                async move {
-                    let mut client = server.client.clone();
-                    let call = client.shutdown(request);
-                    match tokio::time::timeout(Duration::from_secs(2), call).await {
-                        Ok(Ok(_)) => None,
-                        Ok(Err(status)) => Some((server.host, status.message().to_owned())),
-                        Err(_) => Some((server.host, "no answer within 2 s".to_owned())),
-                    }
-                }
-            });
-            futures_join(calls).await.into_iter().flatten().collect()
-        })
+        let servers = self
+            .servers
+            .iter()
+            .map(|s| (s.host.clone(), s.client.clone()))
+            .collect();
+        self.runtime
+            .block_on(shutdown_each(servers, request, Duration::from_secs(2)))
     }
+}
+
+/// Send `request` to every server at once, each given `patience` to answer; the hosts that did
+/// not take it, with why.
+async fn shutdown_each(
+    servers: Vec<(String, ServiceClient)>,
+    request: ShutdownRequest,
+    patience: Duration,
+) -> Vec<(String, String)> {
+    let calls = servers.into_iter().map(|(host, mut client)| {
+        let request = request.clone();
+        async move {
+            match tokio::time::timeout(patience, client.shutdown(request)).await {
+                Ok(Ok(_)) => None,
+                Ok(Err(status)) => Some((host, status.message().to_owned())),
+                Err(_) => Some((host, format!("no answer within {patience:?}"))),
+            }
+        }
+    });
+    futures_join(calls).await.into_iter().flatten().collect()
+}
+
+/// Tell the data servers on `hosts` that trainer host `host` finished (`failed`: its training
+/// failed), as the holder of `token`, without a handshake first: each gets the Shutdown at
+/// once, and this returns when all have answered or after `patience`, with the hosts that could
+/// not be told and why.
+///
+/// A server that accepts the connection but does not answer (its process frozen) holds the
+/// caller up for `patience` at most, not until it answers a handshake. Its Shutdown is not
+/// cancelled: the calls run on a thread of their own until they are answered or this process
+/// ends, so the request waits in the server's socket and the server acts on it once it runs
+/// again, instead of serving nobody until its watchdog. (Cancelling would reset the stream,
+/// and the server would drop the request unread.)
+pub fn tell_finished(
+    hosts: &[(String, u16)],
+    token: &str,
+    host: &str,
+    failed: bool,
+    reason: &str,
+    patience: Duration,
+) -> Result<Vec<(String, String)>, ClientError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)?;
+    let (servers, mut untold) = runtime.block_on(connect::reach_lazily(hosts, token))?;
+    let request = ShutdownRequest {
+        reason: reason.to_owned(),
+        trainer_host: host.to_owned(),
+        failed,
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut waiting: Vec<String> = servers.iter().map(|(h, _)| h.clone()).collect();
+    std::thread::Builder::new()
+        .name("hetgen-finished".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let calls = servers.into_iter().map(|(host, mut client)| {
+                    let (request, tx) = (request.clone(), tx.clone());
+                    async move {
+                        let answer = client.shutdown(request).await;
+                        let _ =
+                            tx.send((host, answer.map(|_| ()).map_err(|s| s.message().to_owned())));
+                    }
+                });
+                futures_join(calls).await;
+            })
+        })
+        .map_err(ClientError::Runtime)?;
+    let deadline = std::time::Instant::now() + patience;
+    while !waiting.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok((host, answer)) = rx.recv_timeout(left) else {
+            break;
+        };
+        waiting.retain(|h| *h != host);
+        if let Err(why) = answer {
+            untold.push((host, why));
+        }
+    }
+    untold.extend(waiting.into_iter().map(|host| {
+        (
+            host,
+            format!("no answer within {patience:?}; the message stays on its way while this process runs"),
+        )
+    }));
+    Ok(untold)
 }
 
 /// Await futures concurrently (a tiny `join_all`, to avoid a dependency for one call).

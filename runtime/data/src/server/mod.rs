@@ -115,7 +115,20 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// A shard stream that makes no progress for this long is cancelled (`stall`).
     pub stall_timeout: Duration,
+    /// The job's other data servers (host, port): once the trainers have gone quiet and none
+    /// of these answers, the job is over ([`ORPHAN_QUIET`]).
+    pub peers: Vec<(String, u16)>,
 }
+
+/// Trainers silent this long (a live one heartbeats every second while it streams) make a
+/// server ask whether the job's other data servers still run; when none does, the job is over
+/// and the server stops instead of waiting out its watchdog. The other servers stopped on the
+/// trainers' Shutdown; this one missed it, frozen (or cut off) when the trainers finished, and
+/// the trainers, which do not wait for a server that does not answer, have gone since.
+pub const ORPHAN_QUIET: Duration = Duration::from_secs(10);
+
+/// How often a server whose trainers are quiet asks after its peers.
+const PEER_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// Connections open at once by default: a trainer process holds one per data server, so this
 /// is room for a job of a thousand GPUs, at about 20 KiB of kernel and server memory each.
@@ -168,6 +181,7 @@ impl ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE,
             stall_timeout: DEFAULT_STALL,
+            peers: Vec::new(),
         }
     }
 }
@@ -179,6 +193,9 @@ pub enum StopReason {
     Shutdown(String),
     /// No trainer was heard from for this long.
     Watchdog(Duration),
+    /// The trainers were silent for this long, and none of the job's other data servers
+    /// answered.
+    Orphaned(Duration),
     /// The caller's stop future completed (SIGTERM).
     Stopped,
 }
@@ -190,6 +207,11 @@ impl std::fmt::Display for StopReason {
             StopReason::Watchdog(d) => write!(
                 f,
                 "no trainer was heard from for {:.0} s (watchdog); stopping so this instance stops billing",
+                d.as_secs_f64()
+            ),
+            StopReason::Orphaned(d) => write!(
+                f,
+                "no trainer was heard from for {:.0} s and none of the job's other data servers answers: the job is over (this server missed the trainers' Shutdown); stopping so this instance stops billing",
                 d.as_secs_f64()
             ),
             StopReason::Stopped => write!(f, "stop signal received"),
@@ -281,6 +303,25 @@ pub async fn serve(
     Ok(reason)
 }
 
+/// Whether any of `peers` accepts a connection within a second. A frozen peer does (its
+/// kernel accepts for it), so only servers that have exited, and hosts that are gone, count
+/// as not running.
+async fn any_peer_answers(peers: &[(String, u16)]) -> bool {
+    let Ok(table) = hetgen_env::HostsFile::from_env() else {
+        return true;
+    };
+    for (host, port) in peers {
+        let Ok(address) = crate::client::resolve(&table, host, *port).await else {
+            continue;
+        };
+        let connect = tokio::net::TcpStream::connect(address);
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), connect).await {
+            return true;
+        }
+    }
+    false
+}
+
 /// Every 200 ms: stop the server when no trainer has been heard from for the watchdog's time,
 /// log the counters every `log_every`, and give memory back once a peak has passed (the
 /// allocator keeps freed batches for speed, [`hetgen_pipeline::tune_allocator`]).
@@ -288,11 +329,24 @@ async fn watchdog(shared: Arc<Shared>) {
     let limit = shared.config.watchdog;
     let mut last_log = Instant::now();
     let mut peak = budget::PeakWatch::default();
+    let mut peers_asked: Option<Instant> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
-        if shared.silent_for() > limit {
+        let silent = shared.silent_for();
+        if silent > limit {
             shared.request_stop(StopReason::Watchdog(limit));
             return;
+        }
+        if silent >= ORPHAN_QUIET
+            && shared.heard_from_trainers()
+            && !shared.config.peers.is_empty()
+            && peers_asked.is_none_or(|at| at.elapsed() >= PEER_CHECK_EVERY)
+        {
+            peers_asked = Some(Instant::now());
+            if !any_peer_answers(&shared.config.peers).await {
+                shared.request_stop(StopReason::Orphaned(silent));
+                return;
+            }
         }
         let in_use = shared.budget.in_use();
         if let Some(was) = peak.passed(in_use) {

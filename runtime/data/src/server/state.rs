@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) engine: Arc<dyn Batches>,
     pub(crate) config: ServerConfig,
     last_contact: Mutex<Instant>,
+    /// A trainer has been heard from at least once.
+    heard_from: AtomicBool,
     stopping: AtomicBool,
     stop: watch::Sender<Option<StopReason>>,
     /// Per trainer: its open streams and the shards streamed and not yet acknowledged.
@@ -130,6 +132,7 @@ impl Shared {
         Shared {
             engine,
             last_contact: Mutex::new(Instant::now()),
+            heard_from: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             stop,
             trainers: Mutex::new(HashMap::new()),
@@ -147,6 +150,12 @@ impl Shared {
     /// A trainer was heard from: the watchdog starts over.
     pub(crate) fn touch(&self) {
         *lock(&self.last_contact) = Instant::now();
+        self.heard_from.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a trainer has been heard from at least once.
+    pub(crate) fn heard_from_trainers(&self) -> bool {
+        self.heard_from.load(Ordering::Relaxed)
     }
 
     /// How long no trainer has been heard from.
