@@ -16,7 +16,9 @@ package instead (`python -m hetgen train`), as a job on AWS's PyTorch image does
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -291,3 +293,64 @@ def installed(wheel, tmp_path_factory) -> Path:
         capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr
     return venv / "bin"
+
+
+def three_data_hosts(root: Path) -> None:
+    """The example's spec with a third data host."""
+    spec = root / "hetgen.toml"
+    text, count = re.subn(
+        r'(name = "data_group"\ninstance_type = "[^"]+"\ncount = )2', r"\g<1>3", spec.read_text()
+    )
+    assert count == 1
+    spec.write_text(text)
+
+
+def trainers_time(root: Path, audit_file: Path, freeze_s: float | None) -> float:
+    """Run the job locally; seconds from its first batch until every process of its trainer
+    hosts has exited. With `freeze_s`, one data host (its server and everything else of it) is
+    frozen as soon as batches flow, for that long."""
+    # The output goes to a file: a pipe nobody reads while the job runs would fill and stop it.
+    log = audit_file.with_suffix(".log")
+    earlier = set(root.glob("build/digits/local/*/hosts"))
+    job = subprocess.Popen(
+        [binary("HETGEN_BIN"), "deploy", "--local", "--env", f"HETGEN_AUDIT_FILE={audit_file}"],
+        cwd=root,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (audit_file.exists() and audit_file.read_text()):
+            assert job.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        started = time.monotonic()
+        (hosts,) = set(root.glob("build/digits/local/*/hosts")) - earlier
+        groups = {
+            h: json.loads((h / "input/config/resourceconfig.json").read_text())[
+                "current_group_name"
+            ]
+            for h in sorted(hosts.iterdir())
+        }
+        trainers = [h for h, g in groups.items() if g == "dnn_group"]
+        frozen = []
+        if freeze_s:
+            frozen = processes_of([h for h, g in groups.items() if g == "data_group"][1])
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+        thaw_at = time.monotonic() + (freeze_s or 0)
+        trainers_done = None
+        while job.poll() is None or frozen:
+            if frozen and time.monotonic() >= thaw_at:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
+                frozen = []
+            if trainers_done is None and not any(processes_of(h) for h in trainers):
+                trainers_done = time.monotonic()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, log.read_text()
+    return (trainers_done or time.monotonic()) - started

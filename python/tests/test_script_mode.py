@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import audit, binary, processes_of
+from conftest import audit, binary, processes_of, three_data_hosts, trainers_time
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -143,66 +143,6 @@ def test_the_pytorch_dataset_example_trains_on_its_own_dataset_with_a_data_host_
     assert "Completed" in output
     assert "Python dataset ready" in output
     assert_learned_once_per_epoch(root, audit_file)
-
-
-def three_data_hosts(root: Path) -> None:
-    """The example's spec with a third data host."""
-    spec = root / "hetgen.toml"
-    text, count = re.subn(
-        r'(name = "data_group"\ninstance_type = "[^"]+"\ncount = )2', r"\g<1>3", spec.read_text()
-    )
-    assert count == 1
-    spec.write_text(text)
-
-
-def trainers_time(root: Path, audit_file: Path, freeze_s: float | None) -> float:
-    """Run the job locally; seconds from its first batch until every process of its trainer
-    hosts has exited. With `freeze_s`, one data host (its server and everything else of it) is
-    frozen as soon as batches flow, for that long."""
-    # The output goes to a file: a pipe nobody reads while the job runs would fill and stop it.
-    log = audit_file.with_suffix(".log")
-    job = subprocess.Popen(
-        [binary("HETGEN_BIN"), "deploy", "--local", "--env", f"HETGEN_AUDIT_FILE={audit_file}"],
-        cwd=root,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not (audit_file.exists() and audit_file.read_text()):
-            assert job.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        started = time.monotonic()
-        (hosts,) = root.glob("build/digits/local/*/hosts")
-        groups = {
-            h: json.loads((h / "input/config/resourceconfig.json").read_text())[
-                "current_group_name"
-            ]
-            for h in sorted(hosts.iterdir())
-        }
-        trainers = [h for h, g in groups.items() if g == "dnn_group"]
-        frozen = []
-        if freeze_s:
-            frozen = processes_of([h for h, g in groups.items() if g == "data_group"][1])
-            for pid in frozen:
-                os.kill(pid, signal.SIGSTOP)
-        thaw_at = time.monotonic() + (freeze_s or 0)
-        trainers_done = None
-        while job.poll() is None or frozen:
-            if frozen and time.monotonic() >= thaw_at:
-                for pid in frozen:
-                    os.kill(pid, signal.SIGCONT)
-                frozen = []
-            if trainers_done is None and not any(processes_of(h) for h in trainers):
-                trainers_done = time.monotonic()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 0, log.read_text()
-    return (trainers_done or time.monotonic()) - started
 
 
 def test_a_data_host_frozen_mid_training_costs_the_trainers_little(tmp_path):

@@ -250,6 +250,21 @@ struct Totals {
     peaks: BTreeMap<&'static str, Vec<u64>>,
 }
 
+impl Totals {
+    /// The line a comparison command ends with, and its exit status: failure if any sample was
+    /// lost, repeated or not in the plan, or a trainer failed.
+    fn checked(&self) -> ExitCode {
+        println!(
+            "samples checked: {}; lost: {}; duplicated: {}; failed trainers: {}",
+            self.samples, self.lost, self.duplicated, self.failed_rounds
+        );
+        if self.lost + self.duplicated + self.unexpected + u64::from(self.failed_rounds) > 0 {
+            return ExitCode::FAILURE;
+        }
+        ExitCode::SUCCESS
+    }
+}
+
 fn coordinator(args: &[String]) -> ExitCode {
     let minutes: f64 = flag(args, "--minutes", 10.0);
     // `nan` and `inf` parse as numbers, and `Duration::from_secs_f64` panics on them.

@@ -80,12 +80,5 @@ pub(crate) fn misbehaving(args: &[String]) -> ExitCode {
             100.0 * times[0].as_secs_f64() / times[1].as_secs_f64(),
         );
     }
-    println!(
-        "samples checked: {}; lost: {}; duplicated: {}; failed trainers: {}",
-        totals.samples, totals.lost, totals.duplicated, totals.failed_rounds
-    );
-    if totals.lost + totals.duplicated + totals.unexpected + u64::from(totals.failed_rounds) > 0 {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    totals.checked()
 }

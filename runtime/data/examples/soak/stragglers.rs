@@ -73,12 +73,5 @@ pub(crate) fn stragglers(args: &[String]) -> ExitCode {
             backups[1]
         );
     }
-    println!(
-        "samples checked: {}; lost: {}; duplicated: {}; failed trainers: {}",
-        totals.samples, totals.lost, totals.duplicated, totals.failed_rounds
-    );
-    if totals.lost + totals.duplicated + totals.unexpected + u64::from(totals.failed_rounds) > 0 {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    totals.checked()
 }
