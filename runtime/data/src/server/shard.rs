@@ -74,7 +74,6 @@ pub(crate) async fn produce(
         .sample_ids
         .len()
         .div_ceil(request.batch_size as usize) as u32;
-    let stall = shared.config.stall_timeout;
     let mut next = 0u32;
     let mut waiting: Option<BatchOrError> = None;
     let mut ended_early = None;
@@ -130,34 +129,35 @@ pub(crate) async fn produce(
     // (all taken, or the client reset the stream), or when it stalls. The body ends once every
     // sender is gone.
     drop(tx);
-    loop {
-        tokio::select! {
-            _ = watch.body_gone() => break,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                if watch.stalled_for() >= stall {
-                    cancel(&shared, &watch);
-                    break;
-                }
-            }
-        }
-    }
+    unless_stalled(&shared, &watch, watch.body_gone()).await;
     drop(held);
 }
 
 /// Room in the channel for one message, waiting for the client to take one; `None` when the
-/// body is gone, or the stream made no progress for `stall` (then it is cancelled).
+/// body is gone, or the stream stalled (then it is cancelled).
 async fn room<'a>(
     shared: &Shared,
     tx: &'a mpsc::Sender<BatchOrError>,
     watch: &Watch,
 ) -> Option<mpsc::Permit<'a, BatchOrError>> {
+    unless_stalled(shared, watch, tx.reserve()).await?.ok()
+}
+
+/// `wait`'s output, unless the stream makes no progress for the stall timeout first: then it
+/// is cancelled and this is `None`.
+async fn unless_stalled<T>(
+    shared: &Shared,
+    watch: &Watch,
+    wait: impl std::future::Future<Output = T>,
+) -> Option<T> {
     let stall = shared.config.stall_timeout;
+    let mut wait = std::pin::pin!(wait);
     loop {
         let check_at = stall
             .saturating_sub(watch.stalled_for())
             .max(Duration::from_millis(100));
         tokio::select! {
-            permit = tx.reserve() => return permit.ok(),
+            done = &mut wait => return Some(done),
             _ = tokio::time::sleep(check_at) => {
                 if watch.stalled_for() >= stall {
                     cancel(shared, watch);
