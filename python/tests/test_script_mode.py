@@ -213,6 +213,8 @@ import torch.distributed as dist
 import hetgen
 
 def stopped(signum, frame):
+    # As a script saving a checkpoint would say so: its output still reaches the job's log.
+    print(f"rank {dist.get_rank()} saving a checkpoint", flush=True)
     marker = os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "output", "data", "sigterm")
     os.makedirs(os.path.dirname(marker), exist_ok=True)
     open(marker, "w").write(f"rank {dist.get_rank()}")
@@ -259,6 +261,11 @@ def test_stopping_the_job_passes_sigterm_to_every_trainer_hosts_script(tmp_path)
     assert "Stopped" in output, output
     markers = sorted(p.read_text() for p in root.glob("build/**/output/data/sigterm"))
     assert markers == ["rank 0", "rank 1"], output
+    for rank in (0, 1):
+        assert f"rank {rank} saving a checkpoint" in output, output
+    # The data servers drained and stopped on the SIGTERM, not at the grace period's SIGKILL.
+    data = [h for h in job_record(root)["hosts"] if h["group"] == "data_group"]
+    assert all(h["signal"] is None for h in data), data
     assert processes_of(root / "build") == []
 
 

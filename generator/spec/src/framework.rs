@@ -32,18 +32,26 @@ pub const PROGRAM: &str = "hetgen_launcher.py";
 /// the kernel drops the SIGTERM SageMaker sends on a stop or a timeout, and 120 s later SIGKILL
 /// ends every process: the script never learns it is being stopped. This `bash -c` runs the
 /// same script (without `-m`, which changes nothing where there is no terminal) in a session of
-/// its own and traps SIGTERM: it passes the signal to that whole process group (the toolkit,
-/// hetgen's launcher, which passes it on to torchrun and so to the script, and the data
-/// server) and then waits until the group is gone, within the platform's grace period. The
-/// exit status is the image script's (a `wait` the trap cut short is waited again). It fits the
-/// API's 256 characters per item.
+/// its own and traps SIGTERM.
+///
+/// - The session starts with SIGTERM and SIGINT ignored. The image's script and the training
+///   toolkit have nothing to do on a stop but pass on the output of what they started, and the
+///   toolkit has no handler: were it to die at the stop, the launcher's, torchrun's and the
+///   script's output would go into a pipe nobody reads. A checkpoint's `print` would then raise
+///   `BrokenPipeError` in the middle of the script's SIGTERM handler. hetgen's launcher takes
+///   the signal with handlers of its own and starts torchrun with the default action.
+/// - On a stop it sends SIGTERM to the whole session every second until no process of it is
+///   left (within the platform's grace period), so a process that starts after the stop (the
+///   launcher, once the toolkit's `pip install` is done) gets it too. The launcher and the data
+///   server take a repeated SIGTERM as one.
+///
+/// The exit status is the image script's. It fits the API's 256 characters per item.
 pub const CONTAINER_ENTRYPOINT: [&str; 4] = [
     "/bin/bash",
     "-c",
-    "trap 't=1;kill -TERM -- -$p 2>/dev/null' TERM INT;\
-     setsid -w bash start_with_right_hostname.sh \"$@\"& p=$!;\
-     while wait $p;s=$?;[ $s -gt 128 ]&&kill -0 $p 2>/dev/null;do :;done;\
-     while [ -n \"$t\" ]&&kill -0 -- -$p 2>/dev/null;do sleep 1;done;exit $s",
+    "trap t=1 TERM INT;\
+     (trap '' TERM INT;exec setsid -w bash start_with_right_hostname.sh \"$@\")&p=$!;wait $p;\
+     while [ $t ]&&kill -TERM -- -$p 2>/dev/null;do sleep 1;done;wait $p",
     "hetgen-entry",
 ];
 

@@ -200,7 +200,9 @@ pub fn run_data_role(
 pub const STOP_DRAIN: Duration = Duration::from_secs(5);
 
 /// SIGTERM is how SageMaker stops a job (then SIGKILL after 120 s); SIGINT is Ctrl-C. The
-/// future completes [`STOP_DRAIN`] after the first, or at once on a second.
+/// future completes [`STOP_DRAIN`] after the first, or at once on a SIGINT after it (Ctrl-C
+/// again). A repeated SIGTERM is the same stop said again: the container's start on AWS's image
+/// repeats it every second until the host's processes are gone, which must not cut the drain.
 ///
 /// The handlers are installed when this is called (inside the runtime), not when the future is
 /// first polled: `serve` polls it on a task of its own, after the port already answers, and a
@@ -224,12 +226,20 @@ pub fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
             drain_s = STOP_DRAIN.as_secs(),
             "{name} received; serving the trainers until they finish"
         );
-        tokio::select! {
-            _ = tokio::time::sleep(STOP_DRAIN) => {
-                tracing::info!("trainers still streaming after the drain period; stopping");
+        let drained = tokio::time::sleep(STOP_DRAIN);
+        tokio::pin!(drained);
+        loop {
+            tokio::select! {
+                _ = &mut drained => {
+                    tracing::info!("trainers still streaming after the drain period; stopping");
+                    return;
+                }
+                Some(()) = term.recv() => {}
+                _ = int.recv() => {
+                    tracing::info!("SIGINT received again; stopping now");
+                    return;
+                }
             }
-            _ = term.recv() => tracing::info!("SIGTERM received again; stopping now"),
-            _ = int.recv() => tracing::info!("SIGINT received again; stopping now"),
         }
     }
 }
@@ -245,5 +255,9 @@ pub fn init_logging() {
         // both read these lines through a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        // A line that cannot be written is dropped. By default the subscriber reports that on
+        // stderr with `eprintln!`, which panics when stderr is what failed (a reader gone), and
+        // a panic on a server thread would leave the server unable to stop.
+        .log_internal_errors(false)
         .try_init();
 }

@@ -51,18 +51,18 @@ pub fn launch_with(argv: impl IntoIterator<Item = String>, stages: StageRegistry
         Ok(env) => env,
         Err(e) => {
             // No tree means no failure file to write either.
-            eprintln!("launcher: {e}");
+            say(format_args!("launcher: {e}"));
             return 1;
         }
     };
     match run(&args, &env, &stages) {
         Ok(message) => {
-            eprintln!("launcher: {message}");
+            say(format_args!("launcher: {message}"));
             0
         }
         Err(e) => {
             let reason = format!("{} ({}): {e}", env.host(), env.group());
-            eprintln!("launcher: error: {reason}");
+            say(format_args!("launcher: error: {reason}"));
             hetgen_env::write_failure(&env.paths, &reason);
             // A training script's own exit status is the host's.
             match e.downcast_ref::<script::ScriptFailed>() {
@@ -71,6 +71,15 @@ pub fn launch_with(argv: impl IntoIterator<Item = String>, stages: StageRegistry
             }
         }
     }
+}
+
+/// The launcher's last line, on stderr. Unlike `eprintln!`, which panics when stderr cannot be
+/// written (its reader gone), a line nobody can read is dropped: the exit status and the
+/// failure file still say how it ended. It goes out in one write, so that a reader taking
+/// lines as they come (the training toolkit) never sees it in pieces.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<String, BoxError> {

@@ -29,6 +29,8 @@ use hetgen_env::Env;
 use hetgen_env::process::Signal;
 use hetgen_pipeline::BoxError;
 use hetgen_spec::model::{Job, ScriptTrainer};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// Lines of the script's stderr kept to find its error in.
 const TAIL_LINES: usize = 200;
@@ -78,10 +80,14 @@ pub fn run(
         script = %program.display(),
         "starting torchrun"
     );
+    // Handlers before torchrun starts: it then starts with the default action for both (a
+    // handler, unlike an ignored signal, does not outlive `exec`), whatever this process
+    // inherited (on AWS's image it inherits both ignored).
+    let signals = Signals::new([SIGTERM, SIGINT])?;
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
-    let signals = forward_signals(child.id())?;
+    let signals = forward_first_signal(signals, child.id());
     let copier = copy_stderr(child.stderr.take().expect("stderr is piped"));
     let status = child.wait()?;
     signals.close();
@@ -347,21 +353,25 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience:
     }
 }
 
-/// SIGTERM and SIGINT to the launcher go to `torchrun`'s whole process group.
-fn forward_signals(group: u32) -> Result<signal_hook::iterator::Handle, BoxError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+/// The first SIGTERM or SIGINT to the launcher goes to `torchrun`'s whole process group; later
+/// ones are the same stop said again (the container's start repeats SIGTERM every second until
+/// its processes are gone), and a second signal to torchrun would cut short its wait for the
+/// workers, leaving the script's SIGTERM handler to finish unwatched.
+fn forward_first_signal(mut signals: Signals, group: u32) -> signal_hook::iterator::Handle {
     let handle = signals.handle();
     std::thread::spawn(move || {
-        for signal in signals.forever() {
+        if let Some(signal) = signals.forever().next() {
             tracing::info!(signal, "passing the signal to the training script");
             // The group is torchrun's, which this process started and has not yet reaped.
             if let Some(signal) = Signal::from_named_raw(signal) {
                 let _ = hetgen_env::process::signal_group(group, signal);
             }
         }
+        // The handlers stay installed until the launcher closes them: a repeat is taken, not
+        // left to the default action, which would end the launcher before the script.
+        for _ in signals.forever() {}
     });
-    Ok(handle)
+    handle
 }
 
 #[cfg(test)]

@@ -361,33 +361,68 @@ fn the_container_s_start_passes_the_image_script_s_status_on() {
     assert_eq!(status.code(), Some(3));
 }
 
-#[test]
-fn a_stop_s_sigterm_reaches_every_process_of_the_container_which_ends_after_them() {
-    let dir = tempfile::tempdir().unwrap();
-    // The image's script starts a child (as the toolkit starts the launcher) that takes a
-    // while to stop: the container must not end before it has.
-    let body = r#"sh -c 'trap "echo stopping > child; sleep 1; echo stopped >> child; exit 0" TERM
-echo started > child; while :; do sleep 0.1; done' &
-wait $!; exit 7"#;
-    let mut container = start_container(dir.path(), body);
-    let child = dir.path().join("child");
+/// Waits until `file` exists in `dir`, at most 10 s.
+fn wait_for(dir: &Path, file: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !child.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the child never started"
-        );
+    while !dir.join(file).exists() {
+        assert!(std::time::Instant::now() < deadline, "no {file} after 10 s");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    // As a local run stops a host: SIGTERM to the host's process group, where only the
-    // container's first process is (as `docker stop` signals it alone).
+}
+
+/// As a local run stops a host: SIGTERM to the host's process group, where only the
+/// container's first process is (as `docker stop` signals it alone). Then the container's exit
+/// status, within 15 s.
+fn stop(mut container: std::process::Child) -> std::process::ExitStatus {
     hetgen_env::process::signal_group(container.id(), hetgen_env::process::Signal::TERM).unwrap();
-    let status = container.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        if let Some(status) = container.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = container.kill();
+            panic!("the container did not end within 15 s of the stop");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_stop_s_sigterm_reaches_the_launcher_while_what_relays_its_output_outlives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // The image's script pipes a child's output through a reader of its own, as the training
+    // toolkit does with the launcher's. The child takes a while to stop and says so: those
+    // lines must still be read, and the container must not end before the child has.
+    let body = r#"perl -e '$|=1;$SIG{TERM}=sub{print "stopping\n";sleep 1;print "stopped\n";exit 0};
+print "started\n";sleep 1 while 1' | while IFS= read -r line; do echo "$line" >> relayed; done
+exit 7"#;
+    let container = start_container(dir.path(), body);
+    wait_for(dir.path(), "relayed");
+    let status = stop(container);
     assert_eq!(
-        std::fs::read_to_string(&child).unwrap(),
-        "stopping\nstopped\n",
-        "the child saw SIGTERM and finished before the container ended"
+        std::fs::read_to_string(dir.path().join("relayed")).unwrap(),
+        "started\nstopping\nstopped\n",
+        "the child saw SIGTERM, and what it printed then was still read"
     );
-    // The image's script was stopped by the same SIGTERM: its status is the signal's.
-    assert_eq!(status.code(), Some(128 + 15));
+    // The image's script and the reader ignored the SIGTERM: the status is the script's own.
+    assert_eq!(status.code(), Some(7));
+}
+
+#[test]
+fn a_stop_reaches_a_process_that_starts_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // The stop comes while the image still prepares (as during the toolkit's `pip install`,
+    // which ignores it); the launcher that starts afterwards must be stopped all the same.
+    let body = r#"touch begun; sleep 2
+exec perl -e '$SIG{TERM}=sub{open my $f,">>","child";print $f "stopped\n";exit 0};
+open my $f,">","child";print $f "started\n";close $f;sleep 1 while 1'"#;
+    let container = start_container(dir.path(), body);
+    wait_for(dir.path(), "begun");
+    let status = stop(container);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("child")).unwrap(),
+        "started\nstopped\n"
+    );
+    assert_eq!(status.code(), Some(0));
 }
