@@ -114,12 +114,13 @@ class _Progress:
             return
         elapsed = now - self.window_start
         n = self.window_batches
-        print(
-            f"hetgen-step step={self.taken} step_ms={1000 * elapsed / n:.2f} "
-            f"wait_ms={1000 * self.waited / n:.2f} "
-            f"samples_per_s={n * self.batch_size / elapsed if elapsed > 0 else 0.0:.1f}",
-            flush=True,
+        line = _native.step_line(
+            self.taken,
+            1000 * elapsed / n,
+            1000 * self.waited / n,
+            n * self.batch_size / elapsed if elapsed > 0 else 0.0,
         )
+        print(line, flush=True)
         self.window_start, self.window_batches, self.waited = now, 0, 0.0
 
 

@@ -88,7 +88,11 @@ pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
     HetgenError::new_err(message)
 }
 
-/// [`to_py`] for a boxed error.
+/// [`to_py`] for a boxed error; a Python exception that was boxed on its way through Rust
+/// (a `KeyboardInterrupt` while connecting, say) comes back as it was raised.
 pub(crate) fn boxed(error: BoxError) -> PyErr {
-    to_py(&*error)
+    match error.downcast::<PyErr>() {
+        Ok(raised) => *raised,
+        Err(error) => to_py(&*error),
+    }
 }

@@ -4,7 +4,7 @@
 //! be Rust: [`loader::NativeLoader`], which streams batches from the job's data servers (the same
 //! client the built-in trainer uses) or runs the pipeline engine in-process, and hands each batch
 //! to Python as numpy arrays over the batch's own memory ([`batch`]); it finds its job with
-//! [`job`] and reaches the data servers with [`connect`]. Errors become the package's exceptions
+//! [`job`] and reaches the data servers with [`connect`]; its progress line is [`step`]'s. Errors become the package's exceptions
 //! ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]). [`launch`] is hetgen's
 //! role launcher itself, for the package's entry points.
 
@@ -14,6 +14,7 @@ mod errors;
 mod job;
 mod launch;
 mod loader;
+mod step;
 mod wait;
 
 use pyo3::prelude::*;
@@ -23,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<batch::BatchMemory>()?;
     m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
+    m.add_function(wrap_pyfunction!(step::step_line, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("PROTOCOL_VERSION", hetgen_data::PROTOCOL_VERSION)?;

@@ -14,13 +14,9 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hetgen_data::audit::AuditFile;
-use hetgen_data::client::Client;
-use hetgen_data::input::{self, Asked, Mode};
+use hetgen_data::input::{self, Asked, Mode, Opened, Share};
 use hetgen_env::Env;
-use hetgen_pipeline::{
-    Batch, BatchStream, Batches, BoxError, EpochPlan, InputConfig, LocalInput, Position,
-    StageRegistry,
-};
+use hetgen_pipeline::{Batch, Batches, BoxError, EpochPlan, InputConfig, Position, StageRegistry};
 use hetgen_spec::model::{Job, Stage};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -31,14 +27,6 @@ use crate::{job, wait};
 
 /// A batch with the position after it, or why the stream ended early.
 type Item = Result<(Batch, Position), BoxError>;
-
-/// Where batches come from.
-enum Input {
-    /// The engine in this process.
-    Local(Arc<dyn Batches>),
-    /// The job's data servers.
-    Remote(Arc<Client>),
-}
 
 /// What changes while iterating.
 struct State {
@@ -57,10 +45,10 @@ struct State {
 #[pyclass(module = "hetgen._native", frozen)]
 pub struct NativeLoader {
     job: Job,
-    input: Input,
-    /// This trainer host, when the loader runs inside a job: its Shutdown then says "this host
-    /// finished" and the servers wait for the job's other trainer hosts.
-    host: Option<String>,
+    input: Arc<Opened>,
+    /// The instance's environment when the loader runs inside a job: its Shutdown then says
+    /// "this host finished" and the servers wait for the job's other trainer hosts.
+    env: Option<Env>,
     config: InputConfig,
     prefetch: usize,
     state: Mutex<State>,
@@ -114,20 +102,28 @@ impl NativeLoader {
             local_ranks: local_world_size,
         };
         let decided = decide(&job, env.as_ref(), &asked)?;
-        let channels = || job::channel_dirs(channels, env.as_ref(), spec.as_deref(), &job);
-        let input = Input::open(py, &job, env.as_ref(), &decided, servers, rank, channels)?;
-        let config = input_config(
-            &job,
-            input.samples_per_epoch(),
-            epochs,
+        let input = input::open(
+            decided,
+            || Ok(connect::connect(py, &job, env.as_ref(), servers, rank)?),
+            |threads| {
+                let channels = job::channel_dirs(channels, env.as_ref(), spec.as_deref(), &job)?;
+                Ok(engine(py, &job, env.as_ref(), &channels, threads)?)
+            },
+        )
+        .map_err(errors::boxed)?;
+        let share = Share {
             rank,
-            world_size,
-            deterministic,
-        )?;
+            world: world_size,
+            epochs,
+            deterministic: deterministic.unwrap_or(job.trainer.deterministic()),
+        };
+        let config = input
+            .config(&job, share)
+            .map_err(|e| ConfigurationError::new_err(e.to_string()))?;
         Ok(Self {
-            host: env.as_ref().map(|env| env.host().to_owned()),
             job,
-            input,
+            input: Arc::new(input),
+            env,
             config,
             prefetch,
             state: Mutex::new(State::new(open_audit(audit)?)),
@@ -137,18 +133,18 @@ impl NativeLoader {
     /// `"remote"` or `"local"`.
     #[getter]
     fn mode(&self) -> &'static str {
-        match self.input {
-            Input::Local(_) => "local",
-            Input::Remote(_) => "remote",
+        match self.input.mode() {
+            Mode::Local => "local",
+            Mode::Remote => "remote",
         }
     }
 
     /// The data hosts streamed from (remote), as `host (address)`.
     #[getter]
     fn hosts(&self) -> Vec<String> {
-        match &self.input {
-            Input::Local(_) => Vec::new(),
-            Input::Remote(client) => client
+        match &*self.input {
+            Opened::Local(_) => Vec::new(),
+            Opened::Remote(client) => client
                 .servers()
                 .iter()
                 .map(|s| format!("{} ({})", s.host, s.address))
@@ -160,19 +156,16 @@ impl NativeLoader {
     /// servers (remote with hybrid input; 0 without).
     #[getter]
     fn threads(&self) -> usize {
-        match &self.input {
-            Input::Local(engine) => engine.threads(),
-            Input::Remote(client) => client.local_threads(),
-        }
+        self.input.threads()
     }
 
     /// Batches yielded so far per source (remote): each data host, and `local` for this host's
     /// own pipeline with hybrid input.
     #[getter]
     fn batches_by_source(&self) -> BTreeMap<String, u64> {
-        match &self.input {
-            Input::Local(_) => BTreeMap::new(),
-            Input::Remote(client) => client.batches_by_source(),
+        match &*self.input {
+            Opened::Local(_) => BTreeMap::new(),
+            Opened::Remote(client) => client.batches_by_source(),
         }
     }
 
@@ -370,17 +363,10 @@ impl NativeLoader {
         failed: bool,
     ) -> PyResult<Vec<(String, String)>> {
         self.close();
-        match &self.input {
-            Input::Local(_) => Ok(Vec::new()),
-            Input::Remote(client) => {
-                let client = client.clone();
-                let host = self.host.clone();
-                wait::run(py, "hetgen-shutdown", move || match host {
-                    Some(host) => client.finished(&host, failed, &reason),
-                    None => client.shutdown(&reason),
-                })
-            }
-        }
+        let (input, job, env) = (self.input.clone(), self.job.clone(), self.env.clone());
+        wait::run(py, "hetgen-shutdown", move || {
+            input.finished(&job, env.as_ref(), failed, &reason)
+        })
     }
 }
 
@@ -404,14 +390,7 @@ impl NativeLoader {
 
     /// Start the stream after `from` on a forwarding thread.
     fn start(&self, from: Position) -> PyResult<Receiver<Item>> {
-        let mut stream: Box<dyn BatchStream> = match &self.input {
-            Input::Local(engine) => Box::new(LocalInput::new(
-                engine.clone(),
-                self.config.clone(),
-                Some(from),
-            )),
-            Input::Remote(client) => Box::new(client.stream(self.config.clone(), Some(from))),
-        };
+        let mut stream = self.input.stream(self.config.clone(), Some(from));
         let (tx, rx) = sync_channel(self.prefetch);
         std::thread::Builder::new()
             .name("hetgen-loader".to_owned())
@@ -427,52 +406,6 @@ impl NativeLoader {
             })
             .map_err(|e| DataError::new_err(format!("cannot start the loader's thread: {e}")))?;
         Ok(rx)
-    }
-}
-
-impl Input {
-    /// The input `decided` says: the engine alone (local), or the data servers, with this
-    /// host's own engine beside them when it has threads (hybrid). `channels` is asked only
-    /// when an engine runs here.
-    fn open(
-        py: Python<'_>,
-        job: &Job,
-        env: Option<&Env>,
-        decided: &input::Input,
-        servers: Servers,
-        rank: u32,
-        channels: impl FnOnce() -> PyResult<BTreeMap<String, PathBuf>>,
-    ) -> PyResult<Self> {
-        match decided.mode {
-            Mode::Remote => {
-                let dirs = match decided.threads {
-                    0 => None,
-                    _ => Some(channels()?),
-                };
-                let client = connect::connect(py, job, env, servers, rank)?;
-                let client = match dirs {
-                    Some(channels) => client
-                        .with_local(engine(py, job, env, &channels, decided.threads)?)
-                        .map_err(|e| errors::to_py(&e))?,
-                    None => client,
-                };
-                Ok(Input::Remote(Arc::new(client)))
-            }
-            Mode::Local => Ok(Input::Local(engine(
-                py,
-                job,
-                env,
-                &channels()?,
-                decided.threads,
-            )?)),
-        }
-    }
-
-    fn samples_per_epoch(&self) -> u64 {
-        match self {
-            Input::Local(engine) => engine.samples_per_epoch(),
-            Input::Remote(client) => client.samples_per_epoch(),
-        }
     }
 }
 
@@ -539,43 +472,8 @@ fn engine(
         python.python = py.import("sys")?.getattr("executable")?.extract()?;
     }
     // Building a Python dataset starts processes and waits for them: the GIL is not needed.
-    py.detach(|| {
-        hetgen_pipeline::open(
-            job,
-            &StageRegistry::builtin(),
-            channels,
-            Some(threads),
-            &python,
-        )
-    })
-    .map_err(|e| errors::to_py(&e))
-}
-
-/// What this rank streams, when the source has a sample for each rank at least.
-fn input_config(
-    job: &Job,
-    samples_per_epoch: u64,
-    epochs: Option<u32>,
-    rank: u32,
-    world_size: u32,
-    deterministic: Option<bool>,
-) -> PyResult<InputConfig> {
-    if samples_per_epoch < u64::from(world_size) {
-        return Err(ConfigurationError::new_err(format!(
-            "the source has {samples_per_epoch} samples per epoch, fewer than the \
-             {world_size} ranks that share them"
-        )));
-    }
-    Ok(InputConfig {
-        seed: job.seed,
-        samples_per_epoch,
-        shard_size: job.pipeline.shard_size,
-        batch_size: job.pipeline.batch_size,
-        epochs,
-        rank,
-        world: world_size,
-        deterministic: deterministic.unwrap_or(job.trainer.deterministic()),
-    })
+    py.detach(|| input::engine(job, &StageRegistry::builtin(), channels, threads, &python))
+        .map_err(errors::boxed)
 }
 
 /// `HETGEN_AUDIT_FILE`, unless `audit` is off.

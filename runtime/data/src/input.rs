@@ -1,7 +1,7 @@
 //! Where a trainer process's batches come from, decided once for every front end: the
 //! launcher's built-in trainer and `hetgen.Loader` ask [`decide`], and `hetgen plan` counts the
 //! trainer side with the same [`Job::trainer_threads`] that [`local_threads`] divides, so the
-//! three cannot disagree.
+//! three cannot disagree. Both front ends then build the input the decision says with [`open`].
 //!
 //! The rule, from the low-level facts (the job, whether this process runs inside one, what the
 //! caller asked for outright):
@@ -17,6 +17,8 @@
 //!   - local, for a job with data groups (an A/B run of its input, or a script on a laptop):
 //!     the spec's `pipeline.threads`, else this machine's cores divided among its local ranks.
 
+mod open;
+
 use std::path::PathBuf;
 
 use hetgen_env::Env;
@@ -24,6 +26,8 @@ use hetgen_pipeline::python::PythonSetup;
 use hetgen_spec::model::Job;
 
 use crate::client::{data_hosts, local_threads};
+
+pub use open::{FewerSamplesThanRanks, Opened, Share, engine, open};
 
 /// Remote (the data servers, perhaps with this host's pipeline beside them) or local (this
 /// process's own pipeline alone).
