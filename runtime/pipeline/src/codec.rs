@@ -5,7 +5,7 @@
 
 use std::io::Cursor;
 
-use crate::image::Image;
+use crate::image::{Image, luma};
 use crate::ops::{self, Rect};
 
 pub mod jpeg;
@@ -154,11 +154,6 @@ fn convert(image: Image, channels: u32) -> Result<Image, String> {
         data,
         ..image
     })
-}
-
-/// ITU-R 601 luma, as PIL's `convert("L")`.
-pub fn luma(r: u8, g: u8, b: u8) -> u8 {
-    ((u32::from(r) * 299 + u32::from(g) * 587 + u32::from(b) * 114 + 500) / 1000) as u8
 }
 
 /// Encode as JPEG at `quality` (1–100).

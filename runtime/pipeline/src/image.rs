@@ -51,6 +51,14 @@ impl Image {
     }
 }
 
+/// ITU-R 601 luma, as PIL's `convert("L")`.
+///
+/// The one gray level of a pixel: decoding to one channel and colour jitter's blends with gray
+/// both use it, so they agree.
+pub fn luma(r: u8, g: u8, b: u8) -> u8 {
+    ((u32::from(r) * 299 + u32::from(g) * 587 + u32::from(b) * 114 + 500) / 1000) as u8
+}
+
 /// What a source yields for one sample: encoded bytes (decoded by the `decode` stage) or pixels.
 #[derive(Debug, Clone)]
 pub enum Payload {

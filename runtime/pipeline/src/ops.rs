@@ -10,8 +10,7 @@ use std::cell::RefCell;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer, images};
 
 use crate::SampleRng;
-use crate::codec::luma;
-use crate::image::Image;
+use crate::image::{Image, luma};
 
 thread_local! {
     // A resizer keeps scratch buffers between calls; one per pool thread avoids reallocating.

@@ -12,14 +12,12 @@
 //! dies in between, the highest step wins). No RNG state is saved: torch is re-seeded from
 //! (seed, step) before every step (see `device::step_seed`).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use hetgen_pipeline::Position;
 use hetgen_spec::model::{BuiltinTrainer, Job, Model};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tch::Tensor;
 
 use crate::TrainError;
 use crate::models::model_name;
@@ -247,41 +245,5 @@ pub(crate) fn state(identity: &Identity, progress: &Progress, position: &Positio
         identity: identity.clone(),
         progress: progress.clone(),
         position: position.clone(),
-    }
-}
-
-/// Tensors read back from a file, by name, to restore into live ones of the same names.
-pub(crate) struct Saved(HashMap<String, Tensor>);
-
-impl Saved {
-    pub fn new(tensors: Vec<(String, Tensor)>) -> Saved {
-        Saved(tensors.into_iter().collect())
-    }
-
-    /// The saved tensor `name`, taken out.
-    pub fn take(&mut self, name: &str) -> Result<Tensor, String> {
-        self.0
-            .remove(name)
-            .ok_or_else(|| format!("no tensor `{name}`"))
-    }
-
-    /// Copies the saved `name` into `live` (what `live` is, e.g. "the parameter", goes into
-    /// the error): one missing or of another shape is an error naming it. Call under
-    /// `tch::no_grad_guard`, as `live` may be a variable that requires grad.
-    pub fn restore(&mut self, name: &str, live: &mut Tensor, what: &str) -> Result<(), String> {
-        let saved = self.take(name)?;
-        if saved.size() != live.size() {
-            return Err(format!(
-                "`{name}` has shape {:?}, {what} {:?}",
-                saved.size(),
-                live.size()
-            ));
-        }
-        live.f_copy_(&saved).map_err(|e| format!("`{name}`: {e}"))
-    }
-
-    /// A tensor nothing restored, if any is left.
-    pub fn leftover(&self) -> Option<&str> {
-        self.0.keys().next().map(String::as_str)
     }
 }

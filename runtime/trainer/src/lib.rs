@@ -20,6 +20,7 @@ mod metrics;
 mod models;
 pub mod optim;
 mod replicas;
+mod saved;
 pub mod schedule;
 mod train;
 

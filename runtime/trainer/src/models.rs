@@ -1,5 +1,5 @@
 //! The models a spec can name, built into a `VarStore`, and the description saved beside a
-//! trained model so that [`crate::evaluate`] can rebuild it without the job.
+//! trained model so that scoring it later (`evaluate`) can rebuild it without the job.
 
 use std::path::Path;
 

@@ -8,7 +8,7 @@
 use hetgen_spec::model::{Optimizer as OptimizerSpec, OptimizerName};
 use tch::{Kind, TchError, Tensor};
 
-use crate::checkpoint::Saved;
+use crate::saved::Saved;
 
 /// Adam's first-moment decay.
 pub const ADAM_BETA1: f64 = 0.9;

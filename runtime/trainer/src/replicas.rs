@@ -12,10 +12,10 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Reduction, TchError, Tensor};
 
 use crate::TrainError;
-use crate::checkpoint::Saved;
 use crate::device::Placement;
 use crate::input::{HostBatch, Preprocess};
 use crate::models::{self, ModelInfo, Net};
+use crate::saved::Saved;
 
 /// One model on one device, with its preprocessing constants.
 pub(crate) struct Replica {
