@@ -23,7 +23,7 @@ use hetgen_env::Env;
 use hetgen_pipeline::python::PythonSetup;
 use hetgen_spec::model::Job;
 
-use crate::client::{data_hosts, local_threads};
+use crate::job::{data_hosts, local_threads};
 
 /// Remote (the data servers, perhaps with this host's pipeline beside them) or local (this
 /// process's own pipeline alone).

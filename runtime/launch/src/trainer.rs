@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use hetgen_data::client::{Client, connect_to_job, data_hosts, trainer_id};
+use hetgen_data::client::{Client, connect_to_job};
 use hetgen_data::input::{Asked, Mode};
+use hetgen_data::job::{data_hosts, trainer_id};
 use hetgen_env::{Env, InputReport};
 use hetgen_pipeline::{
     BatchStream, BoxError, Engine, InputConfig, LocalInput, Position, StageRegistry,

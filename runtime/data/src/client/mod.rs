@@ -29,10 +29,7 @@ use crate::auth::AttachToken;
 use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
-pub use connect::{resolve, resolve_blocking};
-pub use job::{
-    connect_to_job, data_hosts, local_threads, tell_job_finished, trainer_hosts, trainer_id,
-};
+pub use job::{connect_to_job, tell_job_finished};
 
 /// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
 pub const LOCAL_SOURCE: &str = "local";

@@ -80,7 +80,7 @@ impl Source {
     fn credits(&self) -> u32 {
         match self {
             Source::Remote(server) => server.info.max_inflight_shards.max(1),
-            Source::Local(engine) => crate::server::max_inflight_shards(engine.threads()),
+            Source::Local(engine) => crate::max_inflight_shards(engine.threads()),
         }
     }
 }

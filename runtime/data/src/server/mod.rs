@@ -143,13 +143,6 @@ pub const KEEPALIVE: Duration = Duration::from_secs(20);
 /// Handshake and Shutdown.
 const UNARY_PER_CONNECTION: u32 = 4;
 
-/// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
-/// while the trainer acknowledges and re-requests. A server offers this many credits, and the
-/// trainer's own pipeline (hybrid input) takes as many.
-pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
-    (threads as u32).div_ceil(8).max(2)
-}
-
 impl ServerConfig {
     /// Size the memory budget for a job whose `trainers` processes stream batches of
     /// `batch_size` samples of `sample_bytes` ([`budget::for_job`]).
@@ -166,7 +159,7 @@ impl ServerConfig {
     /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
     /// keep the pool busy while the trainer acknowledges and re-requests.
     pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
-        let max_inflight_shards = max_inflight_shards(engine.threads());
+        let max_inflight_shards = crate::max_inflight_shards(engine.threads());
         let max_streams_per_trainer = 2 * max_inflight_shards as usize + 2;
         Self {
             server_id,
@@ -311,7 +304,7 @@ async fn any_peer_answers(peers: &[(String, u16)]) -> bool {
         return true;
     };
     for (host, port) in peers {
-        let Ok(address) = crate::client::resolve(&table, host, *port).await else {
+        let Ok(address) = crate::job::resolve(&table, host, *port).await else {
             continue;
         };
         let connect = tokio::net::TcpStream::connect(address);
