@@ -22,12 +22,12 @@ use tonic::codegen::http;
 use crate::proto::data_service_server::DataServiceServer;
 use crate::proto::{AckRequest, HandshakeRequest, HeartbeatRequest, ShardRequest, ShutdownRequest};
 use crate::server::budget::{self, Reservation};
+use crate::server::config::{MAX_SHARD_SAMPLES, MAX_UNARY_REQUEST};
 use crate::server::connections::Peer;
 use crate::server::refusal::Refusal;
 use crate::server::service::Service;
 use crate::server::shard::BatchOrError;
 use crate::server::stall::Watch;
-use crate::server::{MAX_SHARD_SAMPLES, MAX_UNARY_REQUEST};
 use crate::wire;
 
 /// The path of the StreamShard method.

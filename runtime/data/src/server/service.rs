@@ -7,12 +7,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::StopReason;
 use super::budget::Reservation;
 use super::connections::Peer;
 use super::shard::{self, BatchOrError};
 use super::stall::Watch;
-use super::state::Shared;
+use super::state::{Shared, StopReason};
 use super::trainer_id::{LogId, check_trainer_id};
 use crate::PROTOCOL_VERSION;
 use crate::proto::data_service_server::DataService;

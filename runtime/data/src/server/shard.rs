@@ -9,11 +9,11 @@ use hetgen_pipeline::ShardWork;
 use tokio::sync::mpsc;
 
 use super::budget::Reservation;
+use super::config::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
 use super::trainer_id::check_trainer_id;
-use super::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use crate::MAX_MESSAGE_BYTES;
 use crate::checksum::batch_checksum;
 use crate::proto::{Batch, ShardRequest};

@@ -1,7 +1,7 @@
 //! Trainer ids: what a client may call itself, and how an id is shown in logs and messages.
 
+use super::config::{MAX_RANK, MAX_TRAINER_ID, ServerConfig};
 use super::refusal::Refusal;
-use super::{MAX_RANK, MAX_TRAINER_ID, ServerConfig};
 
 /// A trainer id as logs and messages show it: escaped (no control or bidirectional characters
 /// reach a terminal) and cut to 64 characters.
