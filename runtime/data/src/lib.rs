@@ -25,7 +25,6 @@ pub mod job;
 pub mod role;
 pub mod server;
 mod throttle;
-mod transport;
 pub mod wire;
 
 /// Generated types of `hetgen.data.v1`.

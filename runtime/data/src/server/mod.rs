@@ -42,15 +42,16 @@
 //!
 //! Every refusal is a `refusal::Refusal`, mapped to its gRPC status in one place.
 
-pub(crate) mod budget;
-pub(crate) mod config;
-pub(crate) mod connections;
-pub(crate) mod refusal;
-pub(crate) mod service;
-pub(crate) mod shard;
-pub(crate) mod stall;
+mod budget;
+mod config;
+mod connections;
+mod refusal;
+mod service;
+mod shard;
+mod stall;
 mod state;
 mod trainer_id;
+mod transport;
 mod watchdog;
 
 use std::future::Future;
@@ -64,7 +65,6 @@ use tokio::sync::watch;
 use crate::MAX_MESSAGE_BYTES;
 use crate::auth::RequireToken;
 use crate::proto::data_service_server::DataServiceServer;
-use crate::transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};
 pub use budget::MEMORY_VAR;
 pub use config::{
     DEFAULT_IDLE, DEFAULT_MAX_CONNECTIONS, KEEPALIVE, MAX_BATCH_SIZE, MAX_RANK, MAX_SHARD_SAMPLES,
@@ -77,6 +77,7 @@ pub use stall::{DEFAULT_STALL, STALL_VAR};
 use state::Shared;
 pub use state::StopReason;
 pub use trainer_id::LogId;
+use transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};
 pub use watchdog::ORPHAN_QUIET;
 use watchdog::watchdog;
 
@@ -125,7 +126,7 @@ pub async fn serve(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = ZeroCopyShards {
         inner: service,
-        service: Service(shared.clone()),
+        shared: shared.clone(),
     };
     // A request with the job's token vouches for its connection: it is no guest any more.
     let mut require_token = RequireToken::new(shared.config.token.clone());
