@@ -45,6 +45,7 @@
 mod budget;
 mod config;
 mod connections;
+mod log_id;
 mod refusal;
 mod service;
 mod shard;
@@ -72,11 +73,11 @@ pub use config::{
 };
 use connections::Connections;
 pub use connections::{IDLE_VAR, MAX_CONNECTIONS_VAR};
+pub use log_id::LogId;
 use service::Service;
 pub use stall::{DEFAULT_STALL, STALL_VAR};
 use state::Shared;
 pub use state::StopReason;
-pub use trainer_id::LogId;
 use transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};
 pub use watchdog::ORPHAN_QUIET;
 use watchdog::watchdog;

@@ -6,7 +6,7 @@
 use tonic::{Code, Status};
 
 use super::config::{MAX_BATCH_SIZE, MAX_RANK, MAX_SHARD_SAMPLES, MAX_TRAINER_ID, MAX_TRAINERS};
-use super::trainer_id::LogId;
+use super::log_id::LogId;
 use crate::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 /// Why a call was refused or a stream cut short.

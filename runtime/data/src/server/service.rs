@@ -8,11 +8,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::connections::Peer;
+use super::log_id::LogId;
 use super::refusal::Refusal;
 use super::shard::{self, BatchOrError};
 use super::stall::Watch;
 use super::state::{Shared, StopReason};
-use super::trainer_id::{LogId, check_trainer_id};
+use super::trainer_id::check_trainer_id;
 use crate::PROTOCOL_VERSION;
 use crate::proto::data_service_server::DataService;
 use crate::proto::{

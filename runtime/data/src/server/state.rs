@@ -11,9 +11,9 @@ use tokio::sync::watch;
 
 use super::budget::{self, Budget, Reservation, Short};
 use super::config::{MAX_TRAINERS, ServerConfig};
+use super::log_id::LogId;
 use super::refusal::Refusal;
 use super::stall::{GIVE_WAY, Watch};
-use super::trainer_id::LogId;
 use crate::proto::{ServerStats, ShardRequest};
 use crate::throttle::LogThrottle;
 
