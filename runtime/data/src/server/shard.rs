@@ -237,6 +237,25 @@ struct Segment {
     ended_early: Option<Refusal>,
 }
 
+/// `batch` of a stream that asked from batch `from` on, as the message the client gets: its
+/// index in the whole shard of `batches`, and its checksum.
+fn to_message(batch: hetgen_pipeline::Batch, from: u32, batches: u32) -> Batch {
+    let index = from + batch.index;
+    let checksum = batch_checksum(&batch);
+    Batch {
+        epoch: batch.epoch,
+        shard: batch.shard,
+        index,
+        last: index + 1 == batches,
+        sample_ids: batch.sample_ids,
+        labels: batch.labels,
+        data: batch.data,
+        checksum,
+        tensors: crate::wire::tensors_to_wire(&batch.tensors),
+        structure: batch.structure,
+    }
+}
+
 /// On a blocking thread: make the shard's batches from `from` on into `tx` while the client
 /// keeps up.
 fn make(
@@ -268,20 +287,7 @@ fn make(
             });
             return false;
         }
-        let index = from + batch.index;
-        let checksum = batch_checksum(&batch);
-        let message = Batch {
-            epoch: batch.epoch,
-            shard: batch.shard,
-            index,
-            last: index + 1 == batches,
-            sample_ids: batch.sample_ids,
-            labels: batch.labels,
-            data: batch.data,
-            checksum,
-            tensors: crate::wire::tensors_to_wire(&batch.tensors),
-            structure: batch.structure,
-        };
+        let message = to_message(batch, from, batches);
         watch.progressed();
         shared.queued.fetch_add(1, Ordering::Relaxed);
         let permit = runtime.block_on(tokio::time::timeout(GRACE, tx.reserve()));
