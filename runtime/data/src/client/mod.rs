@@ -10,6 +10,7 @@
 
 mod connect;
 mod copy;
+mod heartbeat;
 mod hedge;
 mod job;
 mod scheduler;

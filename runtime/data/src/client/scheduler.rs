@@ -27,36 +27,14 @@ use hetgen_pipeline::{Batch, Batches, EpochPlan, InputConfig, Position};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::copy::{LocalShard, ShardTask, heartbeats};
+use super::copy::{Event, LocalShard, ShardTask};
+use super::heartbeat::heartbeats;
 use super::hedge::{self, Pace};
 use super::{ClientConfig, ClientError, Delivery, LOCAL_SOURCE, Server, SourceCounts};
 use crate::proto::AckRequest;
 
 /// How often overdue shards are looked for.
 const HEDGE_TICK: Duration = Duration::from_millis(100);
-
-/// What a copy of a shard reports.
-pub(super) enum Event {
-    Batch {
-        server: usize,
-        shard: usize,
-        index: u32,
-        batch: Batch,
-    },
-    Ended {
-        server: usize,
-        shard: usize,
-    },
-    Failed {
-        server: usize,
-        shard: usize,
-        error: String,
-        fatal: bool,
-        /// This client's consumer held the stream up for [`crate::STREAM_GIVE_WAY`] or
-        /// more, long enough for the server to cancel it: not the server's failure.
-        held_up: bool,
-    },
-}
 
 /// Where a shard can be made.
 #[derive(Clone)]
@@ -238,12 +216,12 @@ impl Scheduler {
             };
             match event.expect("the scheduler holds a sender") {
                 Event::Batch {
-                    server,
+                    source,
                     shard,
                     index,
                     batch,
                 } => {
-                    if self.received(&mut shards, server, shard, index, batch) {
+                    if self.received(&mut shards, source, shard, index, batch) {
                         let from = if self.input.deterministic {
                             cursor
                         } else {
@@ -254,25 +232,25 @@ impl Scheduler {
                         }
                     }
                 }
-                Event::Ended { server, shard } => {
-                    self.ended(epoch, &mut shards[shard], shard, server, &mut queue);
+                Event::Ended { source, shard } => {
+                    self.ended(epoch, &mut shards[shard], shard, source, &mut queue);
                 }
                 Event::Failed {
-                    server,
+                    source,
                     shard,
                     error,
                     fatal,
                     held_up,
                 } if held_up && !fatal => {
-                    self.held_up(&mut shards[shard], shard, server, error, &mut queue)
+                    self.held_up(&mut shards[shard], shard, source, error, &mut queue)
                 }
                 Event::Failed {
-                    server,
+                    source,
                     shard,
                     error,
                     fatal,
                     ..
-                } => self.failed(&mut shards[shard], shard, server, error, fatal, &mut queue)?,
+                } => self.failed(&mut shards[shard], shard, source, error, fatal, &mut queue)?,
             }
         }
     }
@@ -512,11 +490,11 @@ impl Scheduler {
             last: Instant::now(),
         });
         match &self.slots[slot].source {
-            Source::Remote(client) => {
+            Source::Remote(server) => {
                 let task = ShardTask {
-                    server: slot,
+                    source: slot,
                     shard: next,
-                    client: (**client).clone(),
+                    server: (**server).clone(),
                     epoch,
                     shard_id: state.id,
                     ids: state.ids.clone(),
@@ -530,7 +508,7 @@ impl Scheduler {
             }
             Source::Local(engine) => {
                 let task = LocalShard {
-                    server: slot,
+                    source: slot,
                     shard: next,
                     engine: engine.clone(),
                     epoch,
