@@ -6,14 +6,17 @@
 //! [`BatchStream`] the trainer consumes. [`Client::shutdown`] ends the job's data servers.
 //!
 //! Hybrid input: [`Client::with_local`] adds this host's own pipeline as one more source beside
-//! the servers (see [`scheduler`]); [`Client::batches_by_source`] says who made what.
+//! the servers (see [`source`]); [`Client::batches_by_source`] says who made what.
 
 mod connect;
 mod copy;
+mod deal;
 mod heartbeat;
 mod hedge;
 mod job;
+mod plan;
 mod scheduler;
+mod source;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,9 +34,8 @@ use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{HandshakeResponse, ShutdownRequest};
 
 pub use job::{connect_to_job, tell_job_finished};
-
-/// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
-pub const LOCAL_SOURCE: &str = "local";
+pub use source::LOCAL_SOURCE;
+use source::Source;
 
 /// The generated client with the job token attached to every call.
 pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
@@ -164,9 +166,9 @@ impl SourceCounts {
         self.duplicates.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One more batch of source `slot` yielded.
-    pub(crate) fn add(&self, slot: usize) {
-        if let Some(count) = self.counts.get(slot) {
+    /// One more batch of `source` yielded.
+    pub(crate) fn add(&self, source: usize) {
+        if let Some(count) = self.counts.get(source) {
             count.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -270,12 +272,12 @@ impl Client {
 
     /// Start streaming for one trainer rank, after `start` when resuming.
     pub fn stream(&self, input: InputConfig, start: Option<Position>) -> RemoteStream {
-        let mut sources: Vec<scheduler::Source> = self
+        let mut sources: Vec<Source> = self
             .servers
             .iter()
-            .map(|s| scheduler::Source::Remote(Box::new(s.clone())))
+            .map(|s| Source::Remote(Box::new(s.clone())))
             .collect();
-        sources.extend(self.local.clone().map(scheduler::Source::Local));
+        sources.extend(self.local.clone().map(Source::Local));
         let (tx, rx) = tokio::sync::mpsc::channel(2 * sources.len() + 2);
         let scheduler = scheduler::Scheduler::new(
             sources,
