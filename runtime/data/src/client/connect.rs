@@ -1,18 +1,36 @@
-//! Reaching the data hosts: name resolution and connection with backoff, then the handshake.
+//! Reaching the data hosts: name resolution and connection with backoff, then the handshake;
+//! what that makes, a [`Server`].
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hetgen_env::HostsFile;
 use hetgen_spec::model::Pipeline;
-use tonic::transport::Endpoint;
+use tonic::codegen::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
 
-use super::{ClientConfig, ClientError, Server, ServiceClient};
+use super::config::ClientConfig;
+use super::error::ClientError;
 use crate::auth::AttachToken;
 use crate::job::resolve;
 use crate::proto::data_service_client::DataServiceClient;
-use crate::proto::{DType, HandshakeRequest};
+use crate::proto::{DType, HandshakeRequest, HandshakeResponse};
 use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
+
+/// The generated client with the job token attached to every call.
+pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
+
+/// One connected data server.
+#[derive(Clone)]
+pub struct Server {
+    /// Its host name.
+    pub host: String,
+    /// The address it was reached at.
+    pub address: SocketAddr,
+    /// What it said in the handshake.
+    pub info: HandshakeResponse,
+    pub(crate) client: ServiceClient,
+}
 
 /// The local cluster's hosts file, if there is one.
 fn hosts_file() -> Result<HostsFile, ClientError> {

@@ -10,7 +10,7 @@ use hetgen_spec::model::Pipeline;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Server;
+use super::connect::Server;
 use crate::checksum::batch_checksum;
 use crate::proto::ShardRequest;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Server;
+use super::connect::Server;
 use crate::proto::HeartbeatRequest;
 
 /// Heartbeat every server (source, server) each `every`, each server on a beat of its own: one

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::SourceCounts;
+use super::counts::SourceCounts;
 use super::deal::{Dealer, free_source};
 use super::plan::{Epoch, ShardState};
 use super::source::{Source, SourceState};

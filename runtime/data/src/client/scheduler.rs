@@ -17,13 +17,16 @@ use std::time::Instant;
 use hetgen_pipeline::{Batch, InputConfig, Position};
 use tokio::sync::mpsc;
 
+use super::config::ClientConfig;
 use super::copy::Event;
+use super::counts::SourceCounts;
 use super::deal::Dealer;
+use super::error::ClientError;
 use super::heartbeat::heartbeats;
 use super::hedge::{self, Hedge};
 use super::plan::{Epoch, ShardState};
 use super::source::{Source, SourceState};
-use super::{ClientConfig, ClientError, Delivery, SourceCounts};
+use super::stream::Delivery;
 use crate::proto::AckRequest;
 
 pub(super) struct Scheduler {

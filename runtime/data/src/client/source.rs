@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use hetgen_pipeline::Batches;
 
-use super::Server;
+use super::connect::Server;
 
 /// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
 pub const LOCAL_SOURCE: &str = "local";
