@@ -3,7 +3,7 @@
 //! drops the other). MapReduce's backup tasks and "The Tail at Scale"'s hedged requests, for
 //! shards.
 //!
-//! - **When a shard is overdue.** Per source the scheduler keeps a moving average of the time
+//! - **When a shard is overdue.** Per source [`Hedge`] keeps a moving average of the time
 //!   between a shard's batches ([`Pace`]). A shard is overdue when nothing of it arrived for
 //!   [`FACTOR`] times the live sources' median of those averages (and at least [`FLOOR`]):
 //!   relative to the rate the job runs at, not a fixed timeout. A slow consumer slows every
@@ -20,8 +20,8 @@
 //! - **Behind, not lost.** The source of an overdue shard is *behind*: it gets no new shards
 //!   until it answers a heartbeat or delivers a batch again, and keeps its credits. A frozen
 //!   and resumed host is a source again; only a failed stream (or the stall timeout) loses it.
-//!   Never this host's own pipeline: it cannot be frozen apart from the trainer, only slow, so
-//!   it takes new shards at once while its overdue ones are still backed up.
+//!   This host's own pipeline is never behind: it cannot be frozen apart from the trainer,
+//!   only slow, so it takes new shards at once while its overdue ones are still backed up.
 //!
 //! [`Hedge`] carries the rule out for the scheduler: it hears of every batch that arrives, and
 //! looks for overdue shards every [`TICK`].
