@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use hetgen_data::client::{Client, ClientConfig, connect_to_job, trainer_id};
+use hetgen_data::client::{Client, ClientConfig, connect_to_job};
+use hetgen_data::job::trainer_id;
 use hetgen_env::Env;
 use hetgen_pipeline::BoxError;
 use hetgen_spec::model::Job;

@@ -3,7 +3,7 @@
 
 use hetgen_data::auth::TokenError;
 use hetgen_data::client::ClientError;
-use hetgen_data::role::RoleError;
+use hetgen_data::job::VariableError;
 use hetgen_pipeline::{BoxError, PipelineError};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -73,7 +73,7 @@ pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
             ClientError::AllServersFailed(_) | ClientError::Local(_) => DataError::new_err(message),
         };
     }
-    if error.is::<TokenError>() || error.is::<RoleError>() {
+    if error.is::<TokenError>() || error.is::<VariableError>() {
         return ConfigurationError::new_err(message);
     }
     if let Some(e) = error.downcast_ref::<hetgen_env::EnvError>() {

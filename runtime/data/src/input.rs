@@ -25,7 +25,7 @@ use hetgen_env::Env;
 use hetgen_pipeline::python::PythonSetup;
 use hetgen_spec::model::Job;
 
-use crate::client::{data_hosts, local_threads};
+use crate::job::{data_hosts, local_threads};
 
 pub use open::{FewerSamplesThanRanks, Opened, Share, engine, open};
 

@@ -9,6 +9,8 @@
 //!   shards under each server's credit window, re-assigns a failed server's unfinished shards,
 //!   drops duplicates, verifies checksums and yields [`hetgen_pipeline::Batch`]es through
 //!   [`hetgen_pipeline::BatchStream`].
+//! - [`job`]: what both sides read from the job: its data and trainer hosts, the data port,
+//!   this host's share of pipeline threads, a trainer's name, how a host name is resolved.
 //! - [`audit`]: `HETGEN_AUDIT_FILE`, one `epoch sample_id` line per yielded sample.
 
 pub mod audit;
@@ -19,10 +21,10 @@ pub mod checksum;
 pub use hetgen_pipeline::tune_allocator;
 pub mod client;
 pub mod input;
+pub mod job;
 pub mod role;
 pub mod server;
 mod throttle;
-mod transport;
 pub mod wire;
 
 /// Generated types of `hetgen.data.v1`.
@@ -39,6 +41,13 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// client then asks for the shard again, without holding the loss against the server: it was
 /// its own consumer that stopped.
 pub const STREAM_GIVE_WAY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
+/// while the trainer acknowledges and re-requests. A server offers this many credits, and the
+/// trainer's own pipeline (hybrid input) takes as many.
+pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
+    (threads as u32).div_ceil(8).max(2)
+}
 
 /// Largest gRPC message either side accepts: a batch of 256 ImageNet samples at 224×224×3 as
 /// `u8` is 38 MB, far above tonic's 4 MiB default.

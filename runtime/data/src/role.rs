@@ -4,10 +4,11 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Env, HostsFile};
+use hetgen_env::{Env, HostsFile};
 use hetgen_pipeline::{PipelineError, StageRegistry};
 use hetgen_spec::model::Job;
 
+use crate::job::{VariableError, data_hosts, data_port, trainer_hosts};
 use crate::server::{
     IDLE_VAR, MAX_CONNECTIONS_VAR, MEMORY_VAR, STALL_VAR, ServeError, ServerConfig, StopReason,
     serve,
@@ -34,15 +35,8 @@ pub enum RoleError {
     #[error(transparent)]
     Token(#[from] crate::auth::TokenError),
     /// A variable has a value that cannot be used.
-    #[error("{var}={value:?}: {expected}")]
-    Variable {
-        /// The variable.
-        var: &'static str,
-        /// Its value.
-        value: String,
-        /// What it should be.
-        expected: &'static str,
-    },
+    #[error(transparent)]
+    Variable(#[from] VariableError),
     /// The port is taken or the address is not this machine's.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -59,17 +53,6 @@ pub enum RoleError {
     Runtime(std::io::Error),
 }
 
-/// The port of the data service, from `HETGEN_DATA_PORT` or the default.
-pub fn data_port() -> Result<u16, RoleError> {
-    hetgen_env::port_from_env(DATA_PORT_VAR, DEFAULT_DATA_PORT).map_err(|value| {
-        RoleError::Variable {
-            var: DATA_PORT_VAR,
-            value,
-            expected: "a TCP port number from 1 to 65535",
-        }
-    })
-}
-
 /// `var` as a number within `range`, if set. `f64::from_str` takes `inf`, `nan` and `1e400`;
 /// the range refuses them, and keeps `Duration::from_secs_f64` from panicking on values past
 /// `u64::MAX` seconds.
@@ -81,11 +64,12 @@ fn bounded(
     match std::env::var(var) {
         Ok(value) => match value.trim().parse::<f64>() {
             Ok(n) if range.contains(&n) => Ok(Some(n)),
-            _ => Err(RoleError::Variable {
+            _ => Err(VariableError {
                 var,
                 value,
                 expected,
-            }),
+            }
+            .into()),
         },
         Err(_) => Ok(None),
     }
@@ -155,8 +139,8 @@ pub fn run_data_role(
         &crate::input::python_setup(Some(env)),
     )?;
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
-    config.trainer_hosts = crate::client::trainer_hosts(job, env);
-    config.peers = crate::client::data_hosts(job, env)
+    config.trainer_hosts = trainer_hosts(job, env);
+    config.peers = data_hosts(job, env)
         .into_iter()
         .filter(|h| h != env.host())
         .map(|h| (h, port))

@@ -24,7 +24,8 @@ use std::process::{ChildStderr, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use hetgen_data::client::{data_hosts, resolve_blocking, tell_job_finished};
+use hetgen_data::client::tell_job_finished;
+use hetgen_data::job::{data_hosts, resolve_blocking};
 use hetgen_env::Env;
 use hetgen_env::process::Signal;
 use hetgen_pipeline::BoxError;

@@ -2,8 +2,9 @@
 //! when it has vCPUs to spare, or the local pipeline alone), train, and end the job's data
 //! servers whatever happened, so CPU instances never outlive their trainer.
 
-use hetgen_data::client::{connect_to_job, trainer_id};
+use hetgen_data::client::connect_to_job;
 use hetgen_data::input::{self, Asked, Opened, Share};
+use hetgen_data::job::trainer_id;
 use hetgen_env::Env;
 use hetgen_pipeline::{BatchStream, BoxError, Position, StageRegistry};
 use hetgen_spec::model::{BuiltinTrainer, Job, Length};

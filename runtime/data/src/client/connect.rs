@@ -1,55 +1,35 @@
-//! Reaching the data hosts: name resolution and connection with backoff, then the handshake.
+//! Reaching the data hosts: name resolution and connection with backoff, then the handshake;
+//! what that makes, a [`Server`].
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use hetgen_env::HostsFile;
 use hetgen_spec::model::Pipeline;
-use tonic::transport::Endpoint;
+use tonic::codegen::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
 
-use super::{ClientConfig, ClientError, Server, ServiceClient};
+use super::config::ClientConfig;
+use super::error::ClientError;
 use crate::auth::AttachToken;
+use crate::job::resolve;
 use crate::proto::data_service_client::DataServiceClient;
-use crate::proto::{DType, HandshakeRequest};
+use crate::proto::{DType, HandshakeRequest, HandshakeResponse};
 use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
-/// Resolve `host`: the hosts file of a local cluster first, then DNS (SageMaker's hosts).
-pub async fn resolve(hosts: &HostsFile, host: &str, port: u16) -> std::io::Result<SocketAddr> {
-    if let Some(ip) = hosts.lookup(host) {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    tokio::net::lookup_host((host, port))
-        .await?
-        .next()
-        .ok_or_else(|| std::io::Error::other(format!("{host} has no address")))
-}
+/// The generated client with the job token attached to every call.
+pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
 
-/// [`resolve`] from synchronous code, retrying until `timeout`: SageMaker's host names resolve
-/// only once every instance of the job is up.
-pub fn resolve_blocking(host: &str, port: u16, timeout: Duration) -> std::io::Result<SocketAddr> {
-    let table = HostsFile::from_env().map_err(std::io::Error::other)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match resolve(&table, host, port).await {
-                Ok(address) => return Ok(address),
-                Err(e) if started.elapsed() >= timeout => {
-                    return Err(std::io::Error::new(
-                        e.kind(),
-                        format!("cannot resolve {host} within {timeout:?}: {e}"),
-                    ));
-                }
-                Err(_) => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-    })
+/// One connected data server.
+#[derive(Clone)]
+pub struct Server {
+    /// Its host name.
+    pub host: String,
+    /// The address it was reached at.
+    pub address: SocketAddr,
+    /// What it said in the handshake.
+    pub info: HandshakeResponse,
+    pub(crate) client: ServiceClient,
 }
 
 /// The local cluster's hosts file, if there is one.

@@ -3,7 +3,7 @@
 //! drops the other). MapReduce's backup tasks and "The Tail at Scale"'s hedged requests, for
 //! shards.
 //!
-//! - **When a shard is overdue.** Per source the scheduler keeps a moving average of the time
+//! - **When a shard is overdue.** Per source [`Hedge`] keeps a moving average of the time
 //!   between a shard's batches ([`Pace`]). A shard is overdue when nothing of it arrived for
 //!   [`FACTOR`] times the live sources' median of those averages (and at least [`FLOOR`]):
 //!   relative to the rate the job runs at, not a fixed timeout. A slow consumer slows every
@@ -20,8 +20,23 @@
 //! - **Behind, not lost.** The source of an overdue shard is *behind*: it gets no new shards
 //!   until it answers a heartbeat or delivers a batch again, and keeps its credits. A frozen
 //!   and resumed host is a source again; only a failed stream (or the stall timeout) loses it.
+//!   This host's own pipeline is never behind: it cannot be frozen apart from the trainer,
+//!   only slow, so it takes new shards at once while its overdue ones are still backed up.
+//!
+//! [`Hedge`] carries the rule out for the scheduler: it hears of every batch that arrives, and
+//! looks for overdue shards every [`TICK`].
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::counts::SourceCounts;
+use super::deal::{Dealer, free_source};
+use super::plan::{Epoch, ShardState};
+use super::source::{Source, SourceState};
+
+/// How often overdue shards are looked for.
+pub(super) const TICK: Duration = Duration::from_millis(100);
 
 /// A shard is overdue after this many times the typical gap between its batches.
 pub(super) const FACTOR: f64 = 4.0;
@@ -77,6 +92,119 @@ impl Pace {
 /// Backups an epoch of `shards` shards may start, with `credits` credits over all sources.
 pub(super) fn allowance(shards: usize, credits: u32) -> u32 {
     (shards as f64 * SHARE).ceil() as u32 + credits
+}
+
+/// The rule's state for one trainer rank's stream.
+pub(super) struct Hedge {
+    pace: Pace,
+    /// Backups the current epoch may still start.
+    backups_left: u32,
+    /// Per source, when a server last answered a heartbeat (ms since `started`).
+    answered: Arc<Vec<AtomicU64>>,
+    started: Instant,
+}
+
+impl Hedge {
+    pub(super) fn new(sources: usize) -> Self {
+        Hedge {
+            pace: Pace::new(sources),
+            backups_left: 0,
+            answered: Arc::new((0..sources).map(|_| AtomicU64::new(0)).collect()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Where the heartbeats write when each server answered (ms since the instant returned).
+    pub(super) fn answered(&self) -> (Arc<Vec<AtomicU64>>, Instant) {
+        (self.answered.clone(), self.started)
+    }
+
+    /// An epoch of `shards` shards starts, with `credits` credits over all sources.
+    pub(super) fn start_epoch(&mut self, shards: usize, credits: u32) {
+        self.backups_left = allowance(shards, credits);
+    }
+
+    /// A batch of `state` arrived from `source` at `now`.
+    pub(super) fn delivered(
+        &mut self,
+        sources: &mut [SourceState],
+        source: usize,
+        state: &mut ShardState,
+        now: Instant,
+    ) {
+        // A source that delivers is not behind, whatever it delivers, and its pace is that of
+        // its own copy.
+        sources[source].behind = None;
+        if let Some(copy) = state.copies.iter_mut().find(|c| c.source == source) {
+            self.pace.observe(source, now - copy.last);
+            copy.last = now;
+        }
+    }
+
+    /// Back up the overdue shards that are in the way: at the epoch's tail (nothing left in
+    /// the queue) any of them, in deterministic mode the one being yielded. Their sources are
+    /// marked behind (never this host's own pipeline); a source behind that answered a
+    /// heartbeat since is not any more.
+    pub(super) fn tick(
+        &mut self,
+        sources: &mut [SourceState],
+        epoch: &mut Epoch,
+        deterministic: bool,
+        dealer: &Dealer,
+        counts: &SourceCounts,
+    ) {
+        for (i, source) in sources.iter_mut().enumerate() {
+            let answered = Duration::from_millis(self.answered[i].load(Ordering::Relaxed));
+            if source
+                .behind
+                .is_some_and(|since| self.started + answered > since)
+            {
+                source.behind = None;
+            }
+        }
+        // Outside the epoch's tail only deterministic order has a shard in the way: the one
+        // being yielded.
+        let shards = epoch.shards.len();
+        let in_the_way = match (epoch.queue.is_empty(), deterministic) {
+            (true, _) => 0..shards,
+            (false, true) => epoch.cursor..(epoch.cursor + 1).min(shards),
+            (false, false) => return,
+        };
+        let counted = |i: usize| sources[i].alive && sources[i].behind.is_none();
+        let Some(patience) = self.pace.patience(counted) else {
+            return;
+        };
+        let now = Instant::now();
+        for next in in_the_way {
+            let state = &epoch.shards[next];
+            if state.copies.len() != 1
+                || state.received == state.total
+                || now - state.last_progress < patience
+            {
+                continue;
+            }
+            let late = state.copies[0].source;
+            if sources[late].behind.is_none() && matches!(sources[late].source, Source::Remote(_)) {
+                sources[late].behind = Some(now);
+            }
+            if self.backups_left == 0 {
+                continue;
+            }
+            let Some(backup) = free_source(sources, state) else {
+                continue;
+            };
+            tracing::info!(
+                shard = state.id,
+                behind = sources[late].name(),
+                backup = sources[backup].name(),
+                quiet_ms = (now - state.last_progress).as_millis() as u64,
+                "shard overdue; streaming the rest from another source too"
+            );
+            self.backups_left -= 1;
+            counts.backup();
+            dealer.start_copy(sources, backup, &mut epoch.shards[next], next);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,129 +3,46 @@
 //! [`Client::connect`] reaches every data host (resolving names and connecting with backoff, as
 //! hosts of a SageMaker job start in any order) and handshakes with each. [`Client::stream`]
 //! starts the [`scheduler`] for one trainer rank and returns a [`RemoteStream`], the
-//! [`BatchStream`] the trainer consumes. [`Client::shutdown`] ends the job's data servers.
+//! [`BatchStream`](hetgen_pipeline::BatchStream) the trainer consumes. [`Client::shutdown`]
+//! ends the job's data servers.
 //!
 //! Hybrid input: [`Client::with_local`] adds this host's own pipeline as one more source beside
-//! the servers (see [`scheduler`]); [`Client::batches_by_source`] says who made what.
+//! the servers (see [`source`]); [`Client::batches_by_source`] says who made what.
 
+mod config;
 mod connect;
 mod copy;
+mod counts;
+mod deal;
+mod error;
+mod heartbeat;
 mod hedge;
-mod job;
+mod plan;
 mod scheduler;
+mod shutdown;
+mod source;
+mod stream;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use hetgen_env::InputReport;
-use hetgen_pipeline::{Batch, BatchStream, Batches, BoxError, InputConfig, Position};
-use tonic::codegen::InterceptedService;
-use tonic::transport::Channel;
+use hetgen_env::{Env, InputReport};
+use hetgen_pipeline::{Batches, BoxError, InputConfig, Position};
+use hetgen_spec::model::Job;
 
-use crate::auth::AttachToken;
-use crate::proto::data_service_client::DataServiceClient;
-use crate::proto::{HandshakeResponse, ShutdownRequest};
-
-pub use connect::{resolve, resolve_blocking};
-pub use job::{
-    connect_to_job, data_hosts, local_threads, tell_job_finished, trainer_hosts, trainer_id,
-};
-
-/// The name the trainer's summary counts the local pipeline's batches under (hybrid input).
-pub const LOCAL_SOURCE: &str = "local";
-
-/// The generated client with the job token attached to every call.
-pub type ServiceClient = DataServiceClient<InterceptedService<Channel, AttachToken>>;
-
-/// How the client behaves.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// This trainer's stable name, e.g. `algo-2/rank-0`.
-    pub trainer_id: String,
-    /// The job's token.
-    pub token: String,
-    /// How long to keep trying to reach a data host that does not answer yet.
-    pub connect_timeout: Duration,
-    /// A server that sends nothing for this long while it owes batches is treated as failed.
-    pub stall_timeout: Duration,
-    /// Interval of heartbeats (the servers' watchdogs count them as trainer activity).
-    pub heartbeat: Duration,
-}
-
-impl ClientConfig {
-    /// Defaults: 10 minutes to connect (instances boot at different speeds), 60 s stall
-    /// timeout, a heartbeat per second.
-    pub fn new(trainer_id: String, token: String) -> Self {
-        Self {
-            trainer_id,
-            token,
-            connect_timeout: Duration::from_secs(600),
-            stall_timeout: Duration::from_secs(60),
-            heartbeat: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Why the client failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The job token is unusable.
-    #[error(transparent)]
-    Token(#[from] crate::auth::TokenError),
-    /// No data host was given.
-    #[error("no data hosts to connect to: the job has no data group hosts in resourceconfig.json")]
-    NoHosts,
-    /// A host never answered.
-    #[error("data host {host} could not be reached within {timeout:?}: {last_error}")]
-    Unreachable {
-        /// The host.
-        host: String,
-        /// How long it was tried.
-        timeout: Duration,
-        /// The last error seen.
-        last_error: String,
-    },
-    /// A host refused the handshake.
-    #[error("data host {host} refused the handshake: {status}")]
-    Handshake {
-        /// The host.
-        host: String,
-        /// What it said.
-        status: String,
-    },
-    /// Hosts disagree with each other or with the job.
-    #[error("data host {host}: {message}")]
-    Mismatch {
-        /// The host.
-        host: String,
-        /// What differs.
-        message: String,
-    },
-    /// Every data server failed while the epoch still had shards.
-    #[error("every data server failed; last error: {0}")]
-    AllServersFailed(String),
-    /// The local pipeline (hybrid input) failed on a sample, as any server would.
-    #[error("the local pipeline failed: {0}")]
-    Local(String),
-    /// The async runtime could not start.
-    #[error("cannot start the client's runtime: {0}")]
-    Runtime(#[from] std::io::Error),
-}
-
-/// One connected data server.
-#[derive(Clone)]
-pub struct Server {
-    /// Its host name.
-    pub host: String,
-    /// The address it was reached at.
-    pub address: SocketAddr,
-    /// What it said in the handshake.
-    pub info: HandshakeResponse,
-    pub(crate) client: ServiceClient,
-}
+use crate::job::{data_hosts, data_port};
+use crate::proto::ShutdownRequest;
+pub use config::ClientConfig;
+pub use connect::{Server, ServiceClient};
+use counts::SourceCounts;
+pub use error::ClientError;
+use scheduler::Scheduler;
+use shutdown::shutdown_each;
+pub use shutdown::{tell_finished, tell_job_finished};
+pub use source::LOCAL_SOURCE;
+use source::Source;
+pub use stream::RemoteStream;
 
 /// Connections to all data servers of a job.
 pub struct Client {
@@ -134,52 +51,6 @@ pub struct Client {
     local: Option<Arc<dyn Batches>>,
     config: ClientConfig,
     counts: Arc<SourceCounts>,
-}
-
-/// Batches yielded per source since the client was made, over all its streams, and what
-/// hedging cost ([`hedge`]).
-pub(crate) struct SourceCounts {
-    names: Vec<String>,
-    counts: Vec<AtomicU64>,
-    backups: AtomicU64,
-    duplicates: AtomicU64,
-}
-
-impl SourceCounts {
-    fn new(names: Vec<String>) -> Self {
-        let counts = names.iter().map(|_| AtomicU64::new(0)).collect();
-        Self {
-            names,
-            counts,
-            backups: AtomicU64::new(0),
-            duplicates: AtomicU64::new(0),
-        }
-    }
-
-    /// A backup copy of a shard was started.
-    pub(crate) fn backup(&self) {
-        self.backups.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A batch that had arrived already was dropped.
-    pub(crate) fn duplicate(&self) {
-        self.duplicates.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// One more batch of source `slot` yielded.
-    pub(crate) fn add(&self, slot: usize) {
-        if let Some(count) = self.counts.get(slot) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn snapshot(&self) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
-        for (name, count) in self.names.iter().zip(&self.counts) {
-            *out.entry(name.clone()).or_default() += count.load(Ordering::Relaxed);
-        }
-        out
-    }
 }
 
 impl Client {
@@ -255,8 +126,8 @@ impl Client {
         InputReport {
             batches_by_source: self.batches_by_source(),
             local_threads: self.local_threads() as u32,
-            backup_shards: self.counts.backups.load(Ordering::Relaxed),
-            duplicate_batches: self.counts.duplicates.load(Ordering::Relaxed),
+            backup_shards: self.counts.backups(),
+            duplicate_batches: self.counts.duplicates(),
         }
     }
 
@@ -272,14 +143,14 @@ impl Client {
 
     /// Start streaming for one trainer rank, after `start` when resuming.
     pub fn stream(&self, input: InputConfig, start: Option<Position>) -> RemoteStream {
-        let mut sources: Vec<scheduler::Source> = self
+        let mut sources: Vec<Source> = self
             .servers
             .iter()
-            .map(|s| scheduler::Source::Remote(Box::new(s.clone())))
+            .map(|s| Source::Remote(Box::new(s.clone())))
             .collect();
-        sources.extend(self.local.clone().map(scheduler::Source::Local));
+        sources.extend(self.local.clone().map(Source::Local));
         let (tx, rx) = tokio::sync::mpsc::channel(2 * sources.len() + 2);
-        let scheduler = scheduler::Scheduler::new(
+        let scheduler = Scheduler::new(
             sources,
             self.config.clone(),
             input,
@@ -288,13 +159,7 @@ impl Client {
             self.counts.clone(),
         );
         let task = self.runtime.spawn(scheduler.run());
-        RemoteStream {
-            rx,
-            position: start.unwrap_or_default(),
-            task,
-            _runtime: self.runtime.clone(),
-            finished: false,
-        }
+        RemoteStream::new(rx, start.unwrap_or_default(), task, self.runtime.clone())
     }
 
     /// Tell every server the job is over; returns the hosts that could not be told, with why.
@@ -327,153 +192,34 @@ impl Client {
     }
 }
 
-/// Send `request` to every server at once, each given `patience` to answer; the hosts that did
-/// not take it, with why.
-async fn shutdown_each(
-    servers: Vec<(String, ServiceClient)>,
-    request: ShutdownRequest,
-    patience: Duration,
-) -> Vec<(String, String)> {
-    let calls = servers.into_iter().map(|(host, mut client)| {
-        let request = request.clone();
-        async move {
-            match tokio::time::timeout(patience, client.shutdown(request)).await {
-                Ok(Ok(_)) => None,
-                Ok(Err(status)) => Some((host, status.message().to_owned())),
-                Err(_) => Some((host, format!("no answer within {patience:?}"))),
-            }
-        }
-    });
-    futures_join(calls).await.into_iter().flatten().collect()
-}
-
-/// Tell the data servers on `hosts` that trainer host `host` finished (`failed`: its training
-/// failed), as the holder of `token`, without a handshake first: each gets the Shutdown at
-/// once, and this returns when all have answered or after `patience`, with the hosts that could
-/// not be told and why.
+/// Connect to every data host of `job` as `trainer_id`, with `token` or else the job's token
+/// from the environment; `configure` may adjust the client's timeouts before it connects.
 ///
-/// A server that accepts the connection but does not answer (its process frozen) holds the
-/// caller up for `patience` at most, not until it answers a handshake. Its Shutdown is not
-/// cancelled: the calls run on a thread of their own until they are answered or this process
-/// ends, so the request waits in the server's socket and the server acts on it once it runs
-/// again, instead of serving nobody until its watchdog. (Cancelling would reset the stream,
-/// and the server would drop the request unread.)
-pub fn tell_finished(
-    hosts: &[(String, u16)],
-    token: &str,
-    host: &str,
-    failed: bool,
-    reason: &str,
-    patience: Duration,
-) -> Result<Vec<(String, String)>, ClientError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ClientError::Runtime)?;
-    let (servers, mut untold) = runtime.block_on(connect::reach_lazily(hosts, token))?;
-    let request = ShutdownRequest {
-        reason: reason.to_owned(),
-        trainer_host: host.to_owned(),
-        failed,
+/// This is how every trainer front end (the built-in trainer and the Python package) reaches
+/// the data servers of the job its process runs in: the data hosts from `resourceconfig.json`,
+/// the port from `HETGEN_DATA_PORT`, the token from `HETGEN_JOB_TOKEN`.
+pub fn connect_to_job(
+    job: &Job,
+    env: &Env,
+    trainer_id: String,
+    token: Option<String>,
+    configure: impl FnOnce(&mut ClientConfig),
+) -> Result<Client, BoxError> {
+    let port = data_port()?;
+    let token = match token {
+        Some(token) => token,
+        None => crate::auth::token_from_env()?,
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let mut waiting: Vec<String> = servers.iter().map(|(h, _)| h.clone()).collect();
-    std::thread::Builder::new()
-        .name("hetgen-finished".to_owned())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let calls = servers.into_iter().map(|(host, mut client)| {
-                    let (request, tx) = (request.clone(), tx.clone());
-                    async move {
-                        let answer = client.shutdown(request).await;
-                        let _ =
-                            tx.send((host, answer.map(|_| ()).map_err(|s| s.message().to_owned())));
-                    }
-                });
-                futures_join(calls).await;
-            })
-        })
-        .map_err(ClientError::Runtime)?;
-    let deadline = std::time::Instant::now() + patience;
-    while !waiting.is_empty() {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let Ok((host, answer)) = rx.recv_timeout(left) else {
-            break;
-        };
-        waiting.retain(|h| *h != host);
-        if let Err(why) = answer {
-            untold.push((host, why));
-        }
-    }
-    untold.extend(waiting.into_iter().map(|host| {
-        (
-            host,
-            format!("no answer within {patience:?}; the message stays on its way while this process runs"),
-        )
-    }));
-    Ok(untold)
-}
-
-/// Await futures concurrently (a tiny `join_all`, to avoid a dependency for one call).
-async fn futures_join<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for handle in handles {
-        // A task only fails by panicking; its host then counts as not told.
-        if let Ok(output) = handle.await {
-            out.push(output);
-        }
-    }
-    out
-}
-
-/// What the scheduler hands the consumer: a batch and how many batches its shard has.
-pub(crate) type Delivery = Result<(Batch, u32), ClientError>;
-
-/// The batches of one trainer rank, from the data servers, exactly once per epoch.
-pub struct RemoteStream {
-    rx: tokio::sync::mpsc::Receiver<Delivery>,
-    position: Position,
-    task: tokio::task::JoinHandle<()>,
-    _runtime: Arc<tokio::runtime::Runtime>,
-    finished: bool,
-}
-
-impl BatchStream for RemoteStream {
-    fn next_batch(&mut self) -> Option<Result<Batch, BoxError>> {
-        if self.finished {
-            return None;
-        }
-        match self.rx.blocking_recv() {
-            Some(Ok((batch, batches))) => {
-                self.position
-                    .advance(batch.epoch, batch.shard, batch.index, batches);
-                Some(Ok(batch))
-            }
-            Some(Err(e)) => {
-                self.finished = true;
-                Some(Err(Box::new(e)))
-            }
-            // The scheduler ends by dropping the sender: after the last epoch, or after it
-            // reported an error (returned above).
-            None => {
-                self.finished = true;
-                None
-            }
-        }
-    }
-
-    fn position(&self) -> Position {
-        self.position.clone()
-    }
-}
-
-impl Drop for RemoteStream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    let targets: Vec<(String, u16)> = data_hosts(job, env)
+        .into_iter()
+        .map(|host| (host, port))
+        .collect();
+    tracing::info!(hosts = ?targets, "connecting to the job's data servers");
+    let mut config = ClientConfig::new(trainer_id, token);
+    configure(&mut config);
+    Ok(Client::connect(
+        &targets,
+        job.pipeline.output_shape,
+        config,
+    )?)
 }

@@ -20,7 +20,8 @@ use hetgen_pipeline::{
 use hetgen_spec::model::Job;
 
 use super::{Input, Mode};
-use crate::client::{Client, data_hosts, tell_job_finished};
+use crate::client::{Client, tell_job_finished};
+use crate::job::data_hosts;
 
 /// Where a trainer process's batches come from, opened.
 pub enum Opened {

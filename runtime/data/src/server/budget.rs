@@ -174,6 +174,12 @@ impl PeakWatch {
     }
 }
 
+/// The most a shard stream of `batch_size` samples of `sample_bytes` holds at once:
+/// [`BATCHES_PER_STREAM`] batches of images, sample ids and labels.
+pub(crate) fn stream_bytes(batch_size: u32, sample_bytes: usize) -> u64 {
+    BATCHES_PER_STREAM * batch_size as u64 * (sample_bytes as u64 + 16)
+}
+
 /// The default budget: what the job's own trainers can make this server hold at once, twice
 /// over, within half of the host's memory and not below [`FLOOR`].
 ///

@@ -42,18 +42,22 @@
 //!
 //! Every refusal is a `refusal::Refusal`, mapped to its gRPC status in one place.
 
-pub(crate) mod budget;
-pub(crate) mod connections;
-pub(crate) mod refusal;
-pub(crate) mod service;
-pub(crate) mod shard;
-pub(crate) mod stall;
+mod budget;
+mod config;
+mod connections;
+mod log_id;
+mod refusal;
+mod service;
+mod shard;
+mod stall;
 mod state;
 mod trainer_id;
+mod transport;
+mod watchdog;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use hetgen_pipeline::Batches;
 use tokio::net::TcpListener;
@@ -62,162 +66,25 @@ use tokio::sync::watch;
 use crate::MAX_MESSAGE_BYTES;
 use crate::auth::RequireToken;
 use crate::proto::data_service_server::DataServiceServer;
-use crate::transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};
 pub use budget::MEMORY_VAR;
+pub use config::{
+    DEFAULT_IDLE, DEFAULT_MAX_CONNECTIONS, KEEPALIVE, MAX_BATCH_SIZE, MAX_RANK, MAX_SHARD_SAMPLES,
+    MAX_TRAINER_ID, MAX_TRAINERS, MAX_UNARY_REQUEST, ServerConfig,
+};
 use connections::Connections;
 pub use connections::{IDLE_VAR, MAX_CONNECTIONS_VAR};
+pub use log_id::LogId;
 use service::Service;
 pub use stall::{DEFAULT_STALL, STALL_VAR};
 use state::Shared;
-pub use trainer_id::LogId;
+pub use state::StopReason;
+use transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};
+pub use watchdog::ORPHAN_QUIET;
+use watchdog::watchdog;
 
-/// Most sample ids one shard request may carry.
-pub const MAX_SHARD_SAMPLES: usize = 1 << 20;
-/// Largest batch size a request may ask for.
-pub const MAX_BATCH_SIZE: u32 = 1 << 16;
-/// Largest body of a unary call (Handshake, Ack, Heartbeat, Shutdown); real ones are tens of
-/// bytes, an Ack of a thousand shards a few KiB.
-pub const MAX_UNARY_REQUEST: usize = 64 << 10;
-/// Longest trainer id, in bytes (hetgen's are `<host>/rank-<n>`).
-pub const MAX_TRAINER_ID: usize = 256;
-/// Most trainers one server keeps track of at once.
-pub const MAX_TRAINERS: usize = 1024;
-/// The largest rank a trainer id may name (a job of 65 536 processes).
-pub const MAX_RANK: u32 = 65_535;
-
-/// How a data server is set up.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// This server's name in handshakes and logs, e.g. `algo-1`.
-    pub server_id: String,
-    /// The job's token.
-    pub token: String,
-    /// Exit after this long without hearing from any trainer.
-    pub watchdog: Duration,
-    /// Shards a trainer may stream from this server at once.
-    pub max_inflight_shards: u32,
-    /// Shard streams one trainer may hold open at once; more are refused. Above
-    /// `max_inflight_shards`, for a stream that ends while its successor starts.
-    pub max_streams_per_trainer: usize,
-    /// Streamed, unacknowledged shards remembered per trainer; the oldest are forgotten past it.
-    pub max_unacked_per_trainer: usize,
-    /// How often to log the server's counters.
-    pub log_every: Duration,
-    /// The job's trainer hosts. A Shutdown naming one of them stops the server only once all
-    /// have finished; empty: every Shutdown stops it at once.
-    pub trainer_hosts: Vec<String>,
-    /// Bytes of batches in flight and request bodies arriving, all peers together
-    /// (`budget`).
-    pub memory_budget: u64,
-    /// Connections open at once (`connections`).
-    pub max_connections: usize,
-    /// A connection from which nothing arrives for this long is closed.
-    pub idle_timeout: Duration,
-    /// A shard stream that makes no progress for this long is cancelled (`stall`).
-    pub stall_timeout: Duration,
-    /// The job's other data servers (host, port): once the trainers have gone quiet and none
-    /// of these answers, the job is over ([`ORPHAN_QUIET`]).
-    pub peers: Vec<(String, u16)>,
-}
-
-/// Trainers silent this long (a live one heartbeats every second while it streams) make a
-/// server ask whether the job's other data servers still run; when none does, the job is over
-/// and the server stops instead of waiting out its watchdog. The other servers stopped on the
-/// trainers' Shutdown; this one missed it, frozen (or cut off) when the trainers finished, and
-/// the trainers, which do not wait for a server that does not answer, have gone since.
-pub const ORPHAN_QUIET: Duration = Duration::from_secs(10);
-
-/// How often a server whose trainers are quiet asks after its peers.
-const PEER_CHECK_EVERY: Duration = Duration::from_secs(5);
-
-/// Connections open at once by default: a trainer process holds one per data server, so this
-/// is room for a job of a thousand GPUs, at about 20 KiB of kernel and server memory each.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Idle timeout by default: a trainer heartbeats every second, and the server pings every
-/// [`KEEPALIVE`], so only a peer that says nothing for this long is closed.
-pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
-/// HTTP/2 keep-alive: a connection that sent nothing for this long is pinged, and closed if
-/// the ping is not answered within as long again (a trainer host that vanished without a FIN).
-pub const KEEPALIVE: Duration = Duration::from_secs(20);
 /// Requests in flight on one connection beyond a trainer's shard streams: its Heartbeat, Ack,
 /// Handshake and Shutdown.
 const UNARY_PER_CONNECTION: u32 = 4;
-
-/// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
-/// while the trainer acknowledges and re-requests. A server offers this many credits, and the
-/// trainer's own pipeline (hybrid input) takes as many.
-pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
-    (threads as u32).div_ceil(8).max(2)
-}
-
-impl ServerConfig {
-    /// Size the memory budget for a job whose `trainers` processes stream batches of
-    /// `batch_size` samples of `sample_bytes` ([`budget::for_job`]).
-    pub fn budget_for_job(&mut self, trainers: usize, batch_size: u32, sample_bytes: usize) {
-        let stream = state::stream_bytes(batch_size, sample_bytes);
-        self.memory_budget = budget::for_job(trainers, self.max_streams_per_trainer, stream);
-    }
-
-    /// Whether `host` is one of the job's trainer hosts.
-    fn is_trainer_host(&self, host: &str) -> bool {
-        self.trainer_hosts.iter().any(|h| h == host)
-    }
-
-    /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
-    /// keep the pool busy while the trainer acknowledges and re-requests.
-    pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
-        let max_inflight_shards = max_inflight_shards(engine.threads());
-        let max_streams_per_trainer = 2 * max_inflight_shards as usize + 2;
-        Self {
-            server_id,
-            token,
-            watchdog: Duration::from_secs(120),
-            max_inflight_shards,
-            max_streams_per_trainer,
-            max_unacked_per_trainer: 4096,
-            log_every: Duration::from_secs(10),
-            trainer_hosts: Vec::new(),
-            memory_budget: budget::for_job(1, max_streams_per_trainer, 0),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            idle_timeout: DEFAULT_IDLE,
-            stall_timeout: DEFAULT_STALL,
-            peers: Vec::new(),
-        }
-    }
-}
-
-/// Why a server stopped.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StopReason {
-    /// A trainer sent Shutdown with this reason.
-    Shutdown(String),
-    /// No trainer was heard from for this long.
-    Watchdog(Duration),
-    /// The trainers were silent for this long, and none of the job's other data servers
-    /// answered.
-    Orphaned(Duration),
-    /// The caller's stop future completed (SIGTERM).
-    Stopped,
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StopReason::Shutdown(reason) => write!(f, "trainer sent Shutdown ({reason})"),
-            StopReason::Watchdog(d) => write!(
-                f,
-                "no trainer was heard from for {:.0} s (watchdog); stopping so this instance stops billing",
-                d.as_secs_f64()
-            ),
-            StopReason::Orphaned(d) => write!(
-                f,
-                "no trainer was heard from for {:.0} s and none of the job's other data servers answers: the job is over (this server missed the trainers' Shutdown); stopping so this instance stops billing",
-                d.as_secs_f64()
-            ),
-            StopReason::Stopped => write!(f, "stop signal received"),
-        }
-    }
-}
 
 /// The server failed to run.
 #[derive(Debug, thiserror::Error)]
@@ -260,7 +127,7 @@ pub async fn serve(
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = ZeroCopyShards {
         inner: service,
-        service: Service(shared.clone()),
+        shared: shared.clone(),
     };
     // A request with the job's token vouches for its connection: it is no guest any more.
     let mut require_token = RequireToken::new(shared.config.token.clone());
@@ -301,73 +168,4 @@ pub async fn serve(
     let reason = shared.stop_reason().unwrap_or(StopReason::Stopped);
     tracing::info!(%reason, "data server stopped");
     Ok(reason)
-}
-
-/// Whether any of `peers` accepts a connection within a second. A frozen peer does (its
-/// kernel accepts for it), so only servers that have exited, and hosts that are gone, count
-/// as not running.
-async fn any_peer_answers(peers: &[(String, u16)]) -> bool {
-    let Ok(table) = hetgen_env::HostsFile::from_env() else {
-        return true;
-    };
-    for (host, port) in peers {
-        let Ok(address) = crate::client::resolve(&table, host, *port).await else {
-            continue;
-        };
-        let connect = tokio::net::TcpStream::connect(address);
-        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), connect).await {
-            return true;
-        }
-    }
-    false
-}
-
-/// Every 200 ms: stop the server when no trainer has been heard from for the watchdog's time,
-/// log the counters every `log_every`, and give memory back once a peak has passed (the
-/// allocator keeps freed batches for speed, [`hetgen_pipeline::tune_allocator`]).
-async fn watchdog(shared: Arc<Shared>) {
-    let limit = shared.config.watchdog;
-    let mut last_log = Instant::now();
-    let mut peak = budget::PeakWatch::default();
-    let mut peers_asked: Option<Instant> = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
-        let silent = shared.silent_for();
-        if silent > limit {
-            shared.request_stop(StopReason::Watchdog(limit));
-            return;
-        }
-        if silent >= ORPHAN_QUIET
-            && shared.heard_from_trainers()
-            && !shared.config.peers.is_empty()
-            && peers_asked.is_none_or(|at| at.elapsed() >= PEER_CHECK_EVERY)
-        {
-            peers_asked = Some(Instant::now());
-            if !any_peer_answers(&shared.config.peers).await {
-                shared.request_stop(StopReason::Orphaned(silent));
-                return;
-            }
-        }
-        let in_use = shared.budget.in_use();
-        if let Some(was) = peak.passed(in_use) {
-            hetgen_pipeline::release_free_memory();
-            tracing::debug!(
-                peak_mib = was >> 20,
-                in_use_mib = in_use >> 20,
-                "returned free memory after a peak"
-            );
-        }
-        if last_log.elapsed() >= shared.config.log_every {
-            last_log = Instant::now();
-            let s = shared.stats();
-            tracing::info!(
-                samples_per_s = format!("{:.1}", s.samples_per_s),
-                queue_depth = s.queue_depth,
-                busy_threads = s.busy_threads,
-                samples_served = s.samples_served,
-                budget_in_use_mib = in_use >> 20,
-                "data server counters"
-            );
-        }
-    }
 }

@@ -5,8 +5,8 @@
 
 use tonic::{Code, Status};
 
-use super::trainer_id::LogId;
-use super::{MAX_BATCH_SIZE, MAX_RANK, MAX_SHARD_SAMPLES, MAX_TRAINER_ID, MAX_TRAINERS};
+use super::config::{MAX_BATCH_SIZE, MAX_RANK, MAX_SHARD_SAMPLES, MAX_TRAINER_ID, MAX_TRAINERS};
+use super::log_id::LogId;
 use crate::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 /// Why a call was refused or a stream cut short.

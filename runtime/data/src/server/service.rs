@@ -1,76 +1,28 @@
-//! The gRPC service: Handshake, Ack, Heartbeat and Shutdown, and the start of every shard
-//! stream (whose bytes [`crate::transport`] writes).
+//! The gRPC service: Handshake, Ack, Heartbeat and Shutdown. StreamShard is served by the
+//! transport in front of it ([`super::transport`]); the plain tonic method here opens the same
+//! stream ([`shard::open`]).
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::StopReason;
-use super::budget::Reservation;
 use super::connections::Peer;
+use super::log_id::LogId;
+use super::refusal::Refusal;
 use super::shard::{self, BatchOrError};
 use super::stall::Watch;
-use super::state::Shared;
-use super::trainer_id::{LogId, check_trainer_id};
+use super::state::{Shared, StopReason};
+use super::trainer_id::check_trainer_id;
 use crate::PROTOCOL_VERSION;
 use crate::proto::data_service_server::DataService;
 use crate::proto::{
     AckRequest, AckResponse, DType, HandshakeRequest, HandshakeResponse, HeartbeatRequest,
     HeartbeatResponse, ShardRequest, ShutdownRequest, ShutdownResponse, TensorSpec,
 };
-use crate::server::refusal::Refusal;
 
 #[derive(Clone)]
 pub(crate) struct Service(pub(crate) Arc<Shared>);
-
-/// A shard stream just opened: its batches arrive on `batches`; the response holds its share
-/// of the budget and tells `watch` when the client takes a batch.
-pub(crate) struct OpenShard {
-    pub(crate) batches: mpsc::Receiver<BatchOrError>,
-    pub(crate) reservation: Arc<Reservation>,
-    pub(crate) watch: Arc<Watch>,
-}
-
-impl Service {
-    /// Check a shard request, reserve what its stream may hold, and start preprocessing it;
-    /// its batches arrive on the receiver. The reservation is held by the preprocessing and by
-    /// the returned handle: it is given back when both are done (the response's last batch
-    /// written, or the stream dropped).
-    pub(crate) async fn open_shard(
-        &self,
-        request: ShardRequest,
-        peer: Option<Peer>,
-    ) -> Result<OpenShard, Refusal> {
-        let shared = self.0.clone();
-        shard::validate(&shared, &request)?;
-        if shared.stopping() {
-            return Err(Refusal::ShuttingDown);
-        }
-        let reservation = Arc::new(
-            shared
-                .reserve_stream(&request.trainer_id, request.batch_size)
-                .await?,
-        );
-        let watch = Watch::new(peer);
-        let open = shared.admit(&request, watch.clone())?;
-        shared.touch();
-        let (tx, batches) = mpsc::channel(2);
-        tokio::spawn(shard::produce(
-            shared,
-            request,
-            tx,
-            watch.clone(),
-            (open, reservation.clone()),
-        ));
-        Ok(OpenShard {
-            batches,
-            reservation,
-            watch,
-        })
-    }
-}
 
 /// A shard's batches as the plain tonic service streams them, telling the stream's watch when
 /// it is dropped, as the transport's body does.
@@ -145,7 +97,7 @@ impl DataService for Service {
 
     type StreamShardStream = BatchStream;
 
-    /// Served by [`crate::transport`] in front of this service; here for completeness of the
+    /// Served by [`super::transport`] in front of this service; here for completeness of the
     /// generated trait (and for any caller of the plain tonic service).
     async fn stream_shard(
         &self,
@@ -153,7 +105,7 @@ impl DataService for Service {
     ) -> Result<Response<BatchStream>, Status> {
         // The making of the batches holds the reservation until the stream is over.
         let peer = request.extensions().get::<Peer>().cloned();
-        let open = self.open_shard(request.into_inner(), peer).await?;
+        let open = shard::open(self.0.clone(), request.into_inner(), peer).await?;
         Ok(Response::new(BatchStream {
             batches: ReceiverStream::new(open.batches),
             watch: open.watch,

@@ -1,5 +1,6 @@
-//! One shard request: checked before any work, then made into the stream's channel, on a
-//! blocking thread while the client keeps up.
+//! One shard request: checked before any work, opened (its share of the budget reserved, its
+//! trainer admitted), then made into the stream's channel, on a blocking thread while the
+//! client keeps up.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,11 +10,12 @@ use hetgen_pipeline::ShardWork;
 use tokio::sync::mpsc;
 
 use super::budget::Reservation;
+use super::config::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
+use super::connections::Peer;
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
 use super::trainer_id::check_trainer_id;
-use super::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use crate::MAX_MESSAGE_BYTES;
 use crate::checksum::batch_checksum;
 use crate::proto::{Batch, ShardRequest};
@@ -50,6 +52,50 @@ pub(crate) fn validate(shared: &Shared, request: &ShardRequest) -> Result<(), Re
         return Err(Refusal::UnknownSample { bad: *bad, samples });
     }
     Ok(())
+}
+
+/// A shard stream just opened: its batches arrive on `batches`; the response holds its share
+/// of the budget and tells `watch` when the client takes a batch.
+pub(crate) struct OpenShard {
+    pub(crate) batches: mpsc::Receiver<BatchOrError>,
+    pub(crate) reservation: Arc<Reservation>,
+    pub(crate) watch: Arc<Watch>,
+}
+
+/// Check a shard request, reserve what its stream may hold, and start preprocessing it; its
+/// batches arrive on the receiver. The reservation is held by the preprocessing and by the
+/// returned handle: it is given back when both are done (the response's last batch written, or
+/// the stream dropped).
+pub(crate) async fn open(
+    shared: Arc<Shared>,
+    request: ShardRequest,
+    peer: Option<Peer>,
+) -> Result<OpenShard, Refusal> {
+    validate(&shared, &request)?;
+    if shared.stopping() {
+        return Err(Refusal::ShuttingDown);
+    }
+    let reservation = Arc::new(
+        shared
+            .reserve_stream(&request.trainer_id, request.batch_size)
+            .await?,
+    );
+    let watch = Watch::new(peer);
+    let open = shared.admit(&request, watch.clone())?;
+    shared.touch();
+    let (tx, batches) = mpsc::channel(2);
+    tokio::spawn(produce(
+        shared,
+        request,
+        tx,
+        watch.clone(),
+        (open, reservation.clone()),
+    ));
+    Ok(OpenShard {
+        batches,
+        reservation,
+        watch,
+    })
 }
 
 /// How long making batches on a blocking thread waits for the client to take one before the
@@ -191,6 +237,25 @@ struct Segment {
     ended_early: Option<Refusal>,
 }
 
+/// `batch` of a stream that asked from batch `from` on, as the message the client gets: its
+/// index in the whole shard of `batches`, and its checksum.
+fn to_message(batch: hetgen_pipeline::Batch, from: u32, batches: u32) -> Batch {
+    let index = from + batch.index;
+    let checksum = batch_checksum(&batch);
+    Batch {
+        epoch: batch.epoch,
+        shard: batch.shard,
+        index,
+        last: index + 1 == batches,
+        sample_ids: batch.sample_ids,
+        labels: batch.labels,
+        data: batch.data,
+        checksum,
+        tensors: crate::wire::tensors_to_wire(&batch.tensors),
+        structure: batch.structure,
+    }
+}
+
 /// On a blocking thread: make the shard's batches from `from` on into `tx` while the client
 /// keeps up.
 fn make(
@@ -222,20 +287,7 @@ fn make(
             });
             return false;
         }
-        let index = from + batch.index;
-        let checksum = batch_checksum(&batch);
-        let message = Batch {
-            epoch: batch.epoch,
-            shard: batch.shard,
-            index,
-            last: index + 1 == batches,
-            sample_ids: batch.sample_ids,
-            labels: batch.labels,
-            data: batch.data,
-            checksum,
-            tensors: crate::wire::tensors_to_wire(&batch.tensors),
-            structure: batch.structure,
-        };
+        let message = to_message(batch, from, batches);
         watch.progressed();
         shared.queued.fetch_add(1, Ordering::Relaxed);
         let permit = runtime.block_on(tokio::time::timeout(GRACE, tx.reserve()));

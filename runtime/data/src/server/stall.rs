@@ -3,8 +3,8 @@
 //! A stream *progresses* while batches are made for it or its client takes them. One that does
 //! neither for the stall timeout ([`STALL_VAR`], 30 s by default) is cancelled; one stalled for
 //! [`GIVE_WAY`] already gives way when what it holds is wanted: a place in the trainer table,
-//! a trainer's stream cap, the memory budget. A stalled stream holds no thread meanwhile
-//! ([`super::shard`] makes its batches on a blocking thread only while its client keeps up).
+//! a trainer's stream cap, the memory budget. A stalled stream holds no thread meanwhile (a
+//! shard's batches are made on a blocking thread only while its client keeps up).
 //!
 //! Cancelling closes the stream's connection: hyper reads nothing from a response body whose
 //! HTTP/2 window the client keeps shut, so the body cannot end the stream itself, and closing

@@ -1,18 +1,19 @@
 //! What the server remembers between calls: its trainers, who finished, its counters, and
-//! whether it is stopping.
+//! whether it is stopping, and why ([`StopReason`]).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use hetgen_pipeline::Batches;
 use tokio::sync::watch;
 
 use super::budget::{self, Budget, Reservation, Short};
+use super::config::{MAX_TRAINERS, ServerConfig};
+use super::log_id::LogId;
 use super::refusal::Refusal;
 use super::stall::{GIVE_WAY, Watch};
-use super::trainer_id::LogId;
-use super::{Batches, MAX_TRAINERS, ServerConfig, StopReason};
 use crate::proto::{ServerStats, ShardRequest};
 use crate::throttle::LogThrottle;
 
@@ -22,10 +23,37 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The most a shard stream of `batch_size` samples of `sample_bytes` holds at once:
-/// [`budget::BATCHES_PER_STREAM`] batches of images, sample ids and labels.
-pub(crate) fn stream_bytes(batch_size: u32, sample_bytes: usize) -> u64 {
-    budget::BATCHES_PER_STREAM * batch_size as u64 * (sample_bytes as u64 + 16)
+/// Why a server stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// A trainer sent Shutdown with this reason.
+    Shutdown(String),
+    /// No trainer was heard from for this long.
+    Watchdog(Duration),
+    /// The trainers were silent for this long, and none of the job's other data servers
+    /// answered.
+    Orphaned(Duration),
+    /// The caller's stop future completed (SIGTERM).
+    Stopped,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Shutdown(reason) => write!(f, "trainer sent Shutdown ({reason})"),
+            StopReason::Watchdog(d) => write!(
+                f,
+                "no trainer was heard from for {:.0} s (watchdog); stopping so this instance stops billing",
+                d.as_secs_f64()
+            ),
+            StopReason::Orphaned(d) => write!(
+                f,
+                "no trainer was heard from for {:.0} s and none of the job's other data servers answers: the job is over (this server missed the trainers' Shutdown); stopping so this instance stops billing",
+                d.as_secs_f64()
+            ),
+            StopReason::Stopped => write!(f, "stop signal received"),
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -233,9 +261,9 @@ impl Shared {
         }
     }
 
-    /// The most a shard stream of `batch_size` holds at once ([`stream_bytes`]).
+    /// The most a shard stream of `batch_size` holds at once ([`budget::stream_bytes`]).
     pub(crate) fn stream_bytes(&self, batch_size: u32) -> u64 {
-        stream_bytes(batch_size, self.sample_bytes)
+        budget::stream_bytes(batch_size, self.sample_bytes)
     }
 
     /// Reserve what a stream of `trainer` with `batch_size` may hold from the server-wide

@@ -19,15 +19,14 @@ use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::codegen::http;
 
-use crate::proto::data_service_server::DataServiceServer;
+use super::budget::{self, Reservation};
+use super::config::{MAX_SHARD_SAMPLES, MAX_UNARY_REQUEST};
+use super::connections::Peer;
+use super::refusal::Refusal;
+use super::shard::{self, BatchOrError};
+use super::stall::Watch;
+use super::state::Shared;
 use crate::proto::{AckRequest, HandshakeRequest, HeartbeatRequest, ShardRequest, ShutdownRequest};
-use crate::server::budget::{self, Reservation};
-use crate::server::connections::Peer;
-use crate::server::refusal::Refusal;
-use crate::server::service::Service;
-use crate::server::shard::BatchOrError;
-use crate::server::stall::Watch;
-use crate::server::{MAX_SHARD_SAMPLES, MAX_UNARY_REQUEST};
 use crate::wire;
 
 /// The path of the StreamShard method.
@@ -50,11 +49,11 @@ pub(crate) const RECEIVE_CONNECTION_WINDOW: u32 = 2 << 20;
 #[derive(Clone)]
 pub(crate) struct ZeroCopyShards<S> {
     pub(crate) inner: S,
-    pub(crate) service: Service,
+    pub(crate) shared: Arc<Shared>,
 }
 
-impl<S> tonic::server::NamedService for ZeroCopyShards<S> {
-    const NAME: &'static str = <DataServiceServer<Service> as tonic::server::NamedService>::NAME;
+impl<S: tonic::server::NamedService> tonic::server::NamedService for ZeroCopyShards<S> {
+    const NAME: &'static str = S::NAME;
 }
 
 type HttpRequest = http::Request<tonic::body::Body>;
@@ -117,8 +116,8 @@ async fn read_body(body: tonic::body::Body, limit: usize) -> Result<bytes::Bytes
 /// A shard request's body, read within [`BODY_DEADLINE`]. Its bytes are reserved from the
 /// server's memory budget as they arrive (never the size its frame header declares), so
 /// bodies still arriving count with the batches in flight; the reservation ends with the body.
-async fn shard_body(service: &Service, body: tonic::body::Body) -> Result<bytes::Bytes, Refusal> {
-    let budget = &service.0.budget;
+async fn shard_body(shared: &Shared, body: tonic::body::Body) -> Result<bytes::Bytes, Refusal> {
+    let budget = &shared.budget;
     let read = async {
         let mut body = std::pin::pin!(body);
         let mut bytes = bytes::BytesMut::new();
@@ -216,9 +215,9 @@ where
         if path != STREAM_SHARD {
             return Box::pin(self.inner.call(request));
         }
-        let service = self.service.clone();
+        let shared = self.shared.clone();
         Box::pin(async move {
-            Ok(match shard_response(&service, request).await {
+            Ok(match shard_response(shared, request).await {
                 Ok(response) => response,
                 Err(refusal) => Status::from(refusal).into_http(),
             })
@@ -226,14 +225,17 @@ where
     }
 }
 
-async fn shard_response(service: &Service, request: HttpRequest) -> Result<HttpResponse, Refusal> {
+async fn shard_response(
+    shared: Arc<Shared>,
+    request: HttpRequest,
+) -> Result<HttpResponse, Refusal> {
     let peer = request.extensions().get::<Peer>().cloned();
-    let body = shard_body(service, request.into_body()).await?;
+    let body = shard_body(&shared, request.into_body()).await?;
     let message = one_frame(&body)?;
     let request =
         <ShardRequest as prost::Message>::decode(message).map_err(Refusal::MalformedShard)?;
     drop(body);
-    let open = service.open_shard(request, peer).await?;
+    let open = shard::open(shared, request, peer).await?;
     let body = BatchBody {
         batches: open.batches,
         images: None,

@@ -1,0 +1,49 @@
+//! Why the client failed.
+
+use std::time::Duration;
+
+/// Why the client failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The job token is unusable.
+    #[error(transparent)]
+    Token(#[from] crate::auth::TokenError),
+    /// No data host was given.
+    #[error("no data hosts to connect to: the job has no data group hosts in resourceconfig.json")]
+    NoHosts,
+    /// A host never answered.
+    #[error("data host {host} could not be reached within {timeout:?}: {last_error}")]
+    Unreachable {
+        /// The host.
+        host: String,
+        /// How long it was tried.
+        timeout: Duration,
+        /// The last error seen.
+        last_error: String,
+    },
+    /// A host refused the handshake.
+    #[error("data host {host} refused the handshake: {status}")]
+    Handshake {
+        /// The host.
+        host: String,
+        /// What it said.
+        status: String,
+    },
+    /// Hosts disagree with each other or with the job.
+    #[error("data host {host}: {message}")]
+    Mismatch {
+        /// The host.
+        host: String,
+        /// What differs.
+        message: String,
+    },
+    /// Every data server failed while the epoch still had shards.
+    #[error("every data server failed; last error: {0}")]
+    AllServersFailed(String),
+    /// The local pipeline (hybrid input) failed on a sample, as any server would.
+    #[error("the local pipeline failed: {0}")]
+    Local(String),
+    /// The async runtime could not start.
+    #[error("cannot start the client's runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
