@@ -68,7 +68,7 @@ impl FrameworkRun {
         let mut hps = self.hyperparameters.clone();
         let path = self.bundle.display().to_string();
         hps.insert(
-            "sagemaker_submit_directory".to_owned(),
+            hetgen_spec::framework::SUBMIT_DIRECTORY_HP.to_owned(),
             serde_json::to_string(&path).expect("strings serialize"),
         );
         hps

@@ -30,8 +30,8 @@ use crate::{bundle_requirements, wheel_file_name};
 
 /// The bundle's folder under `build/<job>/`.
 pub const FOLDER: &str = "sourcedir";
-/// The bundle's archive under `build/<job>/`.
-pub const ARCHIVE: &str = "sourcedir.tar.gz";
+/// The bundle's archive under `build/<job>/`: the file name its S3 key ends in.
+pub const ARCHIVE: &str = hetgen_spec::framework::BUNDLE_FILE;
 /// The toolkit installs this file, and only this one: hetgen's.
 const REQUIREMENTS: &str = "requirements.txt";
 
