@@ -9,6 +9,9 @@ use hetgen_spec::model::{
 };
 use serde::Serialize;
 
+/// The request's file in the job's folder: `hetgen render` writes it, `hetgen deploy` sends it.
+pub const REQUEST_FILE: &str = "create-training-job.json";
+
 /// Hyperparameters the SageMaker Python SDK sets for a distribution strategy; the training
 /// toolkit reads them to launch the strategy on the named group only.
 fn distribution_hyperparameters(job: &Job) -> BTreeMap<String, String> {
