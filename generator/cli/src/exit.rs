@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hetgen_local::RunDir;
 use hetgen_spec::Report;
 
 /// Exit codes (sysexits where one fits).
@@ -53,7 +54,11 @@ pub enum Failure {
     #[error("local job `{name}` {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     #[diagnostic(
         code("hetgen::local::job-failed"),
-        help("every host's output is in {}/<host>/output/log.txt; the job record is {}/job-record.json", dir.display(), dir.display())
+        help(
+            "every host's output is in {}; the job record is {}",
+            RunDir::at(dir).host_log("<host>").display(),
+            RunDir::at(dir).record().display()
+        )
     )]
     LocalJobFailed {
         name: String,
