@@ -17,6 +17,7 @@ mod error;
 mod hosts;
 mod job_file;
 pub mod process;
+mod role_line;
 mod summary;
 mod token;
 
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use error::EnvError;
 pub use hosts::HostsFile;
 pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};
+pub use role_line::{STARTING_ROLE, starting_role_group};
 pub use summary::{InputReport, SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};
 pub use token::job_token;
 
