@@ -11,8 +11,10 @@
 //!
 //! [`process`] keeps the container's other promise outside a container: a host's processes end
 //! with it (process groups, the death signal, signal names), for the launcher's `torchrun` and
-//! the hosts of `hetgen deploy --local` alike.
+//! the hosts of `hetgen deploy --local` alike. [`cache_dir`] is hetgen's cache folder on the
+//! machine it runs on.
 
+mod cache;
 mod error;
 mod hosts;
 mod job_file;
@@ -27,6 +29,7 @@ use std::path::{Path, PathBuf};
 use hetgen_spec::model::S3Distribution;
 use serde::{Deserialize, Serialize};
 
+pub use cache::cache_dir;
 pub use error::EnvError;
 pub use hosts::HostsFile;
 pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};

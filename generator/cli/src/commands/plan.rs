@@ -1,6 +1,5 @@
 //! `hetgen plan` and `hetgen compare`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use hetgen_deploy::pricing::{self, TrainingPrices};
@@ -47,7 +46,8 @@ fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Pri
         .or_else(|| std::env::var("AWS_REGION").ok())
         .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
         .unwrap_or_else(|| catalog.prices.region.clone());
-    let cache = cache_dir().map(|d| d.join("prices").join(format!("sagemaker-{region}.json")));
+    let cache =
+        hetgen_env::cache_dir().map(|d| d.join("prices").join(format!("sagemaker-{region}.json")));
     let mut cached = cache
         .as_deref()
         .and_then(TrainingPrices::load)
@@ -93,21 +93,6 @@ fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Pri
         eprintln!("  help: {}", help.replace("`--profile`", "`--aws-profile`"));
     }
     prices
-}
-
-/// hetgen's cache folder: `$XDG_CACHE_HOME/hetgen`, else the platform's user cache folder.
-fn cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from)
-        && dir.is_absolute()
-    {
-        return Some(dir.join("hetgen"));
-    }
-    let home = PathBuf::from(std::env::var_os("HOME")?);
-    Some(if cfg!(target_os = "macos") {
-        home.join("Library/Caches/hetgen")
-    } else {
-        home.join(".cache/hetgen")
-    })
 }
 
 fn money(p: Option<f64>) -> String {
