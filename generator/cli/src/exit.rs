@@ -67,7 +67,7 @@ pub enum Failure {
         dir: PathBuf,
     },
     /// The pipeline could not be built or run.
-    #[cfg(feature = "checkout")]
+    #[cfg(feature = "pipeline")]
     #[error("the pipeline of `{}` failed: {source}", spec.display())]
     #[diagnostic(code("hetgen::profile::pipeline"), help("{hint}"))]
     Pipeline {
@@ -77,7 +77,7 @@ pub enum Failure {
         source: hetgen_pipeline::PipelineError,
     },
     /// A command that only a build in hetgen's source tree has.
-    #[cfg(not(feature = "checkout"))]
+    #[cfg(not(feature = "pipeline"))]
     #[error("{what}")]
     #[diagnostic(
         code("hetgen::not-in-this-build"),
