@@ -2,7 +2,9 @@
 # Each installs what it needs, idempotently. Builds are cached outside the checkout so repeated
 # runs (and CI on a fresh clone) stay fast.
 
-CARGO_TARGET_DIR ?= $(HOME)/.cache/hetgen/target
+ifndef CARGO_TARGET_DIR
+CARGO_TARGET_DIR := $(shell scripts/cache-dir.sh)/target
+endif
 export CARGO_TARGET_DIR
 HETGEN := $(CARGO_TARGET_DIR)/debug/hetgen
 # The wheel `make wheel` builds (its name is hetgen-render's `wheel_file_name()`).

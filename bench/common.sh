@@ -4,7 +4,7 @@
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(scripts/cache-dir.sh)/target}"
 scripts/system-deps.sh
 
 # Prints the Python environment that `$1` (one of scripts/*-env.sh) makes, once hetgen's release

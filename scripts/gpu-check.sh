@@ -13,7 +13,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps="${1:-100}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$("$repo/scripts/cache-dir.sh")/target}"
 cd "$repo"
 make build >&2
 venv="$(scripts/torch-env.sh)"

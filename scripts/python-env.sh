@@ -3,15 +3,16 @@
 # VENV="$(scripts/python-env.sh)"; what it did goes to stderr, in one line. By default it is the
 # test suite's (requirements/test.txt); HETGEN_REQUIREMENTS=NAME installs requirements/NAME.txt
 # instead (scripts/torch-env.sh does). The venv lives outside the checkout (HETGEN_VENV, default
-# ~/.cache/hetgen/venv) so that reruns and CI's fresh clones reuse it, and pip runs only when the
-# requirements changed: a stamp in the venv records the sha256 of what it last installed.
+# venv in hetgen's cache folder, scripts/cache-dir.sh) so that reruns and CI's fresh clones
+# reuse it, and pip runs only when the requirements changed: a stamp in the venv records the
+# sha256 of what it last installed.
 # HETGEN_BASE_VENV=DIR makes it stand on another venv (scripts/bench-env.sh does): a .pth file
 # puts that venv's packages on its path, so they are installed once. HETGEN_VENV_VAR is the
 # setting a caller chooses the folder with (default HETGEN_VENV), for the message that names it.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${HETGEN_VENV:-$HOME/.cache/hetgen/venv}"
+venv="${HETGEN_VENV:-$("$repo/scripts/cache-dir.sh")/venv}"
 requirements="$repo/requirements/${HETGEN_REQUIREMENTS:-test}.txt"
 name="$(basename "$requirements" .txt)-env"
 stamp="$venv/.hetgen-requirements.sha256"

@@ -25,7 +25,7 @@ if [ "${1:-}" = "--release" ]; then
   shift
 fi
 venv="$1"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hetgen/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(scripts/cache-dir.sh)/target}"
 tools="$(scripts/python-env.sh)"
 zig_dir="$("$tools/bin/python" -c 'import os, ziglang; print(os.path.dirname(ziglang.__file__))')"
 

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hetgen_local::RunDir;
 use hetgen_spec::Report;
 
 /// Exit codes (sysexits where one fits).
@@ -23,7 +24,7 @@ pub enum Failure {
     InvalidSpec(Box<Report>),
     /// A file could not be read.
     #[error("cannot read `{}`", path.display())]
-    #[diagnostic(code(hetgen::io::read), help("{hint}"))]
+    #[diagnostic(code("hetgen::io::read"), help("{hint}"))]
     Read {
         path: PathBuf,
         hint: String,
@@ -45,7 +46,7 @@ pub enum Failure {
     /// `render --check` found stale files; the diff was printed already.
     #[error("{count} rendered file(s) under `{}` are stale", dir.display())]
     #[diagnostic(
-        code(hetgen::render::stale),
+        code("hetgen::render::stale"),
         help("run `hetgen render` to bring them up to date")
     )]
     Stale { dir: PathBuf, count: usize },
@@ -53,7 +54,11 @@ pub enum Failure {
     #[error("local job `{name}` {status}{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
     #[diagnostic(
         code("hetgen::local::job-failed"),
-        help("every host's output is in {}/<host>/output/log.txt; the job record is {}/job-record.json", dir.display(), dir.display())
+        help(
+            "every host's output is in {}; the job record is {}",
+            RunDir::at(dir).host_log("<host>").display(),
+            RunDir::at(dir).record().display()
+        )
     )]
     LocalJobFailed {
         name: String,
@@ -62,9 +67,9 @@ pub enum Failure {
         dir: PathBuf,
     },
     /// The pipeline could not be built or run.
-    #[cfg(feature = "checkout")]
+    #[cfg(feature = "pipeline")]
     #[error("the pipeline of `{}` failed: {source}", spec.display())]
-    #[diagnostic(code(hetgen::profile::pipeline), help("{hint}"))]
+    #[diagnostic(code("hetgen::profile::pipeline"), help("{hint}"))]
     Pipeline {
         spec: PathBuf,
         hint: String,
@@ -72,7 +77,7 @@ pub enum Failure {
         source: hetgen_pipeline::PipelineError,
     },
     /// A command that only a build in hetgen's source tree has.
-    #[cfg(not(feature = "checkout"))]
+    #[cfg(not(feature = "pipeline"))]
     #[error("{what}")]
     #[diagnostic(
         code("hetgen::not-in-this-build"),
@@ -83,7 +88,7 @@ pub enum Failure {
     NotInThisBuild { what: &'static str },
     /// A profile file is unreadable or lacks what was asked of it.
     #[error("profile `{}`: {why}", path.display())]
-    #[diagnostic(code(hetgen::profile::file), help("{hint}"))]
+    #[diagnostic(code("hetgen::profile::file"), help("{hint}"))]
     Profile {
         path: PathBuf,
         why: String,
@@ -91,7 +96,7 @@ pub enum Failure {
     },
     /// `hetgen bench` needs a job of another shape.
     #[error("cannot bench `{}`: {why}", spec.display())]
-    #[diagnostic(code(hetgen::bench::job), help("{hint}"))]
+    #[diagnostic(code("hetgen::bench::job"), help("{hint}"))]
     Bench {
         spec: PathBuf,
         why: String,
@@ -121,7 +126,7 @@ pub enum Failure {
     /// The operating system gave no randomness for the job token.
     #[error("cannot make a job token")]
     #[diagnostic(
-        code(hetgen::deploy::token),
+        code("hetgen::deploy::token"),
         help("the operating system's random number generator is unavailable")
     )]
     Token {
@@ -131,7 +136,7 @@ pub enum Failure {
     /// `--name` is not a job name.
     #[error("`{name}` is not a valid training job name")]
     #[diagnostic(
-        code(hetgen::deploy::name),
+        code("hetgen::deploy::name"),
         help(
             "use 1 to 63 letters, digits and hyphens, starting and ending with a letter or digit"
         )
@@ -160,14 +165,14 @@ pub enum Failure {
     /// `hetgen new` would overwrite something.
     #[error("`{}` already exists", path.display())]
     #[diagnostic(
-        code(hetgen::new::exists),
+        code("hetgen::new::exists"),
         help("choose another name, or remove it first")
     )]
     Exists { path: PathBuf },
     /// `hetgen new` got a name that is not a valid job name.
     #[error("`{name}` is not a valid job name")]
     #[diagnostic(
-        code(hetgen::new::name),
+        code("hetgen::new::name"),
         help(
             "use letters, digits and hyphens (at most 42), starting and ending with a letter or digit"
         )
@@ -175,7 +180,7 @@ pub enum Failure {
     BadName { name: String },
     /// Creating the new project failed.
     #[error("cannot create `{}`", path.display())]
-    #[diagnostic(code(hetgen::new::write), help("check that the folder is writable"))]
+    #[diagnostic(code("hetgen::new::write"), help("check that the folder is writable"))]
     Create {
         path: PathBuf,
         #[source]

@@ -107,10 +107,8 @@ pub fn summary_lines(summary: &Summary) -> Vec<String> {
 /// The group a host names in one of its lines, if it does.
 pub fn group_in(message: &str) -> Option<&str> {
     // hetgen's runtime: `INFO starting role host="algo-1" group="dnn_group" role=Trainer …`.
-    if message.contains("starting role")
-        && let Some(rest) = message.split_once("group=\"").map(|(_, r)| r)
-    {
-        return rest.split_once('"').map(|(g, _)| g);
+    if let Some(group) = hetgen_env::starting_role_group(message) {
+        return Some(group);
     }
     // AWS's training toolkit: its environment, as variables and as JSON.
     if let Some(group) = message.trim().strip_prefix("SM_CURRENT_INSTANCE_GROUP=") {

@@ -48,7 +48,7 @@ pub enum DeployError {
     /// An account quota.
     #[error("SageMaker resource limit exceeded: {message}")]
     #[diagnostic(
-        code(hetgen::aws::limit),
+        code("hetgen::aws::limit"),
         help(
             "request a quota increase for these instance types in Service Quotas, or use smaller groups"
         )
@@ -64,7 +64,7 @@ pub enum DeployError {
     /// The service rejected the request's content.
     #[error("SageMaker rejected the request: {message}")]
     #[diagnostic(
-        code(hetgen::aws::validation),
+        code("hetgen::aws::validation"),
         help(
             "`hetgen validate` checks what SageMaker checks; if it passed, please report this spec"
         )
@@ -72,7 +72,7 @@ pub enum DeployError {
     Validation { message: String },
     /// The rendered request file is not what hetgen renders.
     #[error("the rendered request is malformed: {message}")]
-    #[diagnostic(code(hetgen::deploy::request), help("run `hetgen render` again"))]
+    #[diagnostic(code("hetgen::deploy::request"), help("run `hetgen render` again"))]
     Request { message: String },
     /// The bucket for the source bundle does not exist.
     #[error("no S3 bucket `{bucket}` for the source bundle")]
@@ -117,7 +117,7 @@ pub enum DeployError {
     /// Anything else the service or the network said.
     #[error("{operation} failed: {message}")]
     #[diagnostic(
-        code(hetgen::aws::call),
+        code("hetgen::aws::call"),
         help(
             "check the network, the endpoint and the region; retry if the service was unavailable"
         )

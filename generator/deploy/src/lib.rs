@@ -9,7 +9,8 @@
 //! - [`jobs`]: submit, describe, stop, list, and a job's tags.
 //! - [`upload`]: a job's source bundle to S3 (jobs on AWS's PyTorch image).
 //! - [`logs`]: a job's CloudWatch logs, every host's stream, followed exactly once.
-//! - [`pricing`]: current on-demand training prices from the AWS Price List API, and their cache.
+//! - [`pricing`]: current on-demand training prices from the AWS Price List API, their cache,
+//!   and what stands in when the API cannot be read.
 //! - [`DeployError`]: what went wrong, in words a user can act on.
 
 mod connect;

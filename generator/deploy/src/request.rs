@@ -12,13 +12,10 @@ use aws_sdk_sagemaker::types::{
     OutputDataConfig, ResourceConfig, S3DataDistribution, S3DataSource, S3DataType,
     StoppingCondition, Tag, TrainingInputMode, TrainingInstanceType, VpcConfig,
 };
+use hetgen_spec::framework::{JOB_NAME_HP, SUBMIT_DIRECTORY_HP, bundle_uri, bundle_uri_parts};
 use serde_json::{Map, Value};
 
 use crate::DeployError;
-
-/// The hyperparameters of a job on AWS's PyTorch image that carry its name.
-const JOB_NAME_HP: &str = "sagemaker_job_name";
-const SUBMIT_DIRECTORY_HP: &str = "sagemaker_submit_directory";
 
 /// A JSON-encoded string hyperparameter's value (`"\"s3://…\""` → `s3://…`).
 fn decoded(value: Option<&Value>) -> Option<String> {
@@ -48,8 +45,9 @@ impl Request {
     }
 
     /// The same request under another job name. A job on AWS's PyTorch image names itself in
-    /// two hyperparameters too, as SDK 2.x writes them: `sagemaker_job_name`, and the
-    /// `<job>/source/sourcedir.tar.gz` of `sagemaker_submit_directory`, where the bundle goes.
+    /// two hyperparameters too, as SDK 2.x writes them: `sagemaker_job_name`, and
+    /// `sagemaker_submit_directory`, where the bundle goes: the bundle of the new name under the
+    /// same code location ([`bundle_uri`]).
     pub fn renamed(&self, name: &str) -> Self {
         let old = self.name().to_owned();
         let mut map = self.0.clone();
@@ -60,9 +58,10 @@ impl Request {
             if hps.contains_key(JOB_NAME_HP) {
                 hps.insert(JOB_NAME_HP.to_owned(), json(name));
             }
-            let tail = |n: &str| format!("/{n}/source/sourcedir.tar.gz");
-            let moved = decoded(hps.get(SUBMIT_DIRECTORY_HP))
-                .and_then(|uri| Some(format!("{}{}", uri.strip_suffix(&tail(&old))?, tail(name))));
+            let moved = decoded(hps.get(SUBMIT_DIRECTORY_HP)).and_then(|uri| {
+                let (code_location, job) = bundle_uri_parts(&uri)?;
+                (job == old).then(|| bundle_uri(code_location, name))
+            });
             if let Some(uri) = moved {
                 hps.insert(SUBMIT_DIRECTORY_HP.to_owned(), json(&uri));
             }

@@ -90,13 +90,13 @@ pub struct Measurement {
 pub enum BenchError {
     #[error("the job has no data group")]
     #[diagnostic(
-        code(hetgen::bench::job),
+        code("hetgen::bench::job"),
         help("bench compares a job with data hosts against its trainer alone")
     )]
     NoDataGroup,
     #[error("the job's trainer is a script")]
     #[diagnostic(
-        code(hetgen::bench::job),
+        code("hetgen::bench::job"),
         help(
             "bench times the built-in trainer; time a script-mode job with `hetgen deploy --local`"
         )
@@ -104,13 +104,16 @@ pub enum BenchError {
     Script,
     #[error("this machine lets hetgen use one core")]
     #[diagnostic(
-        code(hetgen::bench::job),
+        code("hetgen::bench::job"),
         help("bench needs at least two: one for the trainer, one for data")
     )]
     OneCore,
     /// A results folder or a file in it that cannot be written.
     #[error("cannot {what} {}: {source}", path.display())]
-    #[diagnostic(code(hetgen::bench::job), help("choose a writable `--results` folder"))]
+    #[diagnostic(
+        code("hetgen::bench::job"),
+        help("choose a writable `--results` folder")
+    )]
     Results {
         what: &'static str,
         path: PathBuf,
@@ -118,7 +121,7 @@ pub enum BenchError {
     },
     #[error("the trainer wrote no summary")]
     #[diagnostic(
-        code(hetgen::bench::job),
+        code("hetgen::bench::job"),
         help("see the trainer's log in the run folder")
     )]
     NoSummary,

@@ -1,6 +1,9 @@
 //! CPU sets per host, so that runs of a homogeneous and a heterogeneous cluster on one machine
 //! compare fairly: each simulated instance gets its own cores, and no host borrows another's.
 
+#[cfg(target_os = "linux")]
+use rustix::thread::CpuSet;
+
 use crate::LocalError;
 use crate::layout::Host;
 
@@ -18,15 +21,11 @@ pub enum CpuPolicy {
 /// The cores this process may run on, in ascending order.
 #[cfg(target_os = "linux")]
 pub fn available() -> Vec<usize> {
-    // SAFETY: `set` is a plain bit set that sched_getaffinity fills; size is its own size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .collect()
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..CpuSet::MAX_CPU)
+            .filter(|&cpu| set.is_set(cpu))
+            .collect(),
+        Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
     }
 }
 
@@ -125,25 +124,16 @@ fn scaled(hosts: &[Host], cores: usize) -> Result<Vec<usize>, LocalError> {
 ///
 /// Runs in `pre_exec`, so it only makes a system call: no allocation, no locks.
 #[cfg(target_os = "linux")]
-pub fn pin(cpus: &libc::cpu_set_t) -> std::io::Result<()> {
-    // SAFETY: the set is initialised and the size is its own.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), cpus) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+pub fn pin(cpus: &CpuSet) -> std::io::Result<()> {
+    Ok(rustix::thread::sched_setaffinity(None, cpus)?)
 }
 
 /// `cpus` as the kernel's bit set, built before fork so that `pin` need not allocate.
 #[cfg(target_os = "linux")]
-pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
-    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes within it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &cpu in cpus {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        set
+pub fn cpu_set(cpus: &[usize]) -> CpuSet {
+    let mut set = CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu);
     }
+    set
 }

@@ -40,7 +40,7 @@ pub enum LocalError {
     /// Writing the job folder failed.
     #[error("cannot write `{}`", path.display())]
     #[diagnostic(
-        code(hetgen::local::write),
+        code("hetgen::local::write"),
         help("check that the folder is writable and not in use")
     )]
     Write {
@@ -51,7 +51,7 @@ pub enum LocalError {
     /// A job folder's `log.jsonl` that cannot be read.
     #[error("cannot read the job log {path}: {message}")]
     #[diagnostic(
-        code(hetgen::local::log),
+        code("hetgen::local::log"),
         help(
             "the file is written by `hetgen deploy --local`; each host's raw output is in `hosts/<host>/output/log.txt`"
         )
@@ -59,16 +59,16 @@ pub enum LocalError {
     BadLog { path: PathBuf, message: String },
     /// `--env` without `=`.
     #[error("`{flag}` is not `KEY=VALUE`")]
-    #[diagnostic(code(hetgen::local::env), help("write `--env NAME=value`"))]
+    #[diagnostic(code("hetgen::local::env"), help("write `--env NAME=value`"))]
     BadEnvFlag { flag: String },
     /// The operating system's random generator failed.
     #[error("cannot make a job token: {message}")]
-    #[diagnostic(code(hetgen::local::random))]
+    #[diagnostic(code("hetgen::local::random"))]
     Random { message: String },
     /// CPU sets cannot be given as asked.
     #[error("{message}")]
     #[diagnostic(
-        code(hetgen::local::cpus),
+        code("hetgen::local::cpus"),
         help("use fewer CPUs per host, or leave out `--cpus-per-host` and `--cpus-from-catalog`")
     )]
     Cpus { message: String },
@@ -108,7 +108,7 @@ pub enum LocalError {
     /// Cargo failed to build the launcher; its output was shown.
     #[error("building the launcher in `{}` failed ({status})", dir.display())]
     #[diagnostic(
-        code(hetgen::local::build),
+        code("hetgen::local::build"),
         help(
             "the compiler's messages are above; a custom stage in `launcher/src/main.rs` is the usual cause, and a missing libtorch the other (install it with `scripts/torch-env.sh` from the hetgen repository, or set LIBTORCH)"
         )
@@ -117,7 +117,7 @@ pub enum LocalError {
     /// `--launcher` names nothing runnable.
     #[error("the launcher `{}` is not an executable file", path.display())]
     #[diagnostic(
-        code(hetgen::local::launcher),
+        code("hetgen::local::launcher"),
         help(
             "pass a built launcher binary (`cargo build` in the rendered `launcher/` folder), or leave out `--launcher`"
         )
@@ -179,7 +179,7 @@ pub enum LocalError {
     },
     /// A host process could not be started.
     #[error("cannot start host `{host}` (`{}`)", program.display())]
-    #[diagnostic(code(hetgen::local::spawn))]
+    #[diagnostic(code("hetgen::local::spawn"))]
     Spawn {
         host: String,
         program: PathBuf,

@@ -46,6 +46,11 @@ use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{Mode, OFlags, open};
+use rustix::mount::{MountPropagationFlags, mount_bind, mount_change};
+use rustix::process::{getgid, getuid};
+use rustix::thread::{UnshareFlags, unshare_unsafe};
+
 use crate::LocalError;
 
 /// The toolkit's entry for AWS's PyTorch training images.
@@ -68,7 +73,7 @@ impl FrameworkRun {
         let mut hps = self.hyperparameters.clone();
         let path = self.bundle.display().to_string();
         hps.insert(
-            "sagemaker_submit_directory".to_owned(),
+            hetgen_spec::framework::SUBMIT_DIRECTORY_HP.to_owned(),
             serde_json::to_string(&path).expect("strings serialize"),
         );
         hps
@@ -134,8 +139,7 @@ impl HostsBinding {
     /// Binds `file` from inside a user namespace of the child's own, in which this process's
     /// user is root (`unshare --map-root-user --mount`); the kernel may refuse it.
     pub fn in_user_namespace(file: &Path) -> HostsBinding {
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
         HostsBinding {
             user: Some((
                 format!("0 {uid} 1\n").into_bytes(),
@@ -150,68 +154,41 @@ impl HostsBinding {
         self.user.is_some()
     }
 
-    /// In the child, before `exec`: a private mount namespace with the file over `/etc/hosts`.
-    ///
-    /// # Safety
-    /// Only system calls; for `pre_exec`.
-    pub unsafe fn apply(&self) -> std::io::Result<()> {
-        let check = |rc: libc::c_int| {
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
+    /// In the child, before `exec` (a `pre_exec` hook): a private mount namespace with the
+    /// file over `/etc/hosts`. Only system calls on what was made before `fork` (C strings and
+    /// byte buffers, no allocation), as a hook between `fork` and `exec` must be. Called
+    /// anywhere else, it would move the calling process itself into the new namespaces.
+    pub fn apply(&self) -> std::io::Result<()> {
+        let namespaces = match self.user {
+            None => UnshareFlags::NEWNS,
+            Some(_) => UnshareFlags::NEWUSER | UnshareFlags::NEWNS,
         };
-        // SAFETY: plain system calls on NUL-terminated strings and buffers that outlive them.
-        unsafe {
-            match &self.user {
-                None => check(libc::unshare(libc::CLONE_NEWNS))?,
-                Some((uid_map, gid_map)) => {
-                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
-                    // An unprivileged process may map its group only once `setgroups` is off.
-                    write_file(c"/proc/self/setgroups", b"deny")?;
-                    write_file(c"/proc/self/uid_map", uid_map)?;
-                    write_file(c"/proc/self/gid_map", gid_map)?;
-                }
-            }
-            // Mounts made here must not propagate back to the machine's namespace.
-            check(libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ))?;
-            check(libc::mount(
-                self.source.as_ptr(),
-                c"/etc/hosts".as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            ))
+        // SAFETY: `unshare` is unsafe for `CLONE_FILES` alone (a thread could be left with
+        // descriptors of a table it no longer shares), which is not asked for here.
+        unsafe { unshare_unsafe(namespaces) }?;
+        if let Some((uid_map, gid_map)) = &self.user {
+            // An unprivileged process may map its group only once `setgroups` is off.
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", uid_map)?;
+            write_file(c"/proc/self/gid_map", gid_map)?;
         }
+        // Mounts made here must not propagate back to the machine's namespace.
+        mount_change(
+            c"/",
+            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        )?;
+        mount_bind(self.source.as_c_str(), c"/etc/hosts")?;
+        Ok(())
     }
 }
 
-/// `data` into the file `path`, with system calls only (for `pre_exec`).
-///
-/// # Safety
-/// Only system calls.
-unsafe fn write_file(path: &CStr, data: &[u8]) -> std::io::Result<()> {
-    // SAFETY: a NUL-terminated path and a buffer that outlive the calls.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let written = libc::write(fd, data.as_ptr().cast(), data.len());
-        let error = std::io::Error::last_os_error();
-        libc::close(fd);
-        if written == data.len() as isize {
-            Ok(())
-        } else {
-            Err(error)
-        }
+/// `data` into the file `path` in one write, with system calls only (for `pre_exec`).
+fn write_file(path: &CStr, data: &[u8]) -> std::io::Result<()> {
+    let file = open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    match rustix::io::write(&file, data)? {
+        n if n == data.len() => Ok(()),
+        // A map file takes its text whole or not at all.
+        _ => Err(std::io::ErrorKind::WriteZero.into()),
     }
 }
 
@@ -256,7 +233,7 @@ pub fn contains(unshare: &Path, binding: &HostsBinding, program: &Path) -> bool 
     let mut probe = std::process::Command::new(unshare);
     probe.args(args);
     let binding = binding.clone();
-    // SAFETY: `apply` makes only system calls.
+    // SAFETY: `apply` makes only system calls, as a hook between fork and exec must.
     unsafe {
         probe.pre_exec(move || binding.apply());
     }

@@ -62,7 +62,7 @@ pub struct Recorder<'a> {
 impl<'a> Recorder<'a> {
     /// Creates (truncates) `<job_dir>/log.jsonl`.
     pub fn create(job_dir: &Path, inner: &'a mut dyn Observer) -> Result<Recorder<'a>, LocalError> {
-        let path = job_dir.join(LOG_FILE);
+        let path = crate::RunDir::at(job_dir).log();
         let file = File::create(&path).map_err(|source| LocalError::Write { path, source })?;
         Ok(Recorder {
             file: Some(LineWriter::new(file)),
@@ -111,7 +111,7 @@ impl LogReader {
     /// Reads `<job_dir>/log.jsonl` from its start.
     pub fn new(job_dir: &Path) -> LogReader {
         LogReader {
-            path: job_dir.join(LOG_FILE),
+            path: crate::RunDir::at(job_dir).log(),
             offset: 0,
         }
     }

@@ -63,19 +63,16 @@ fn built_from() -> Option<PathBuf> {
 
 impl LauncherBuild {
     /// The defaults: `$HETGEN_RUNTIME_PATH`, else the tree this hetgen was built from (with the
-    /// `source-tree` feature); `$CARGO_TARGET_DIR`, else `~/.cache/hetgen/launcher-target`;
-    /// `$CARGO`, else `cargo`.
+    /// `source-tree` feature); `$CARGO_TARGET_DIR`, else `launcher-target` in hetgen's cache
+    /// folder ([`hetgen_env::cache_dir`]), else the crate's own `target`; `$CARGO`, else `cargo`.
     pub fn new(crate_dir: PathBuf, release: bool) -> LauncherBuild {
         let runtime = std::env::var_os(RUNTIME_PATH_VAR)
             .map(PathBuf::from)
             .or_else(built_from);
         let target_dir = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let home =
-                    std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-                home.join(".cache/hetgen/launcher-target")
-            });
+            .or_else(|| hetgen_env::cache_dir().map(|cache| cache.join("launcher-target")))
+            .unwrap_or_else(|| crate_dir.join("target"));
         let cargo = std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from);
         LauncherBuild {
             crate_dir,
@@ -221,13 +218,11 @@ impl LauncherBuild {
 }
 
 /// Where `scripts/torch-env.sh` keeps the project's PyTorch venv: `$HETGEN_TORCH_VENV`, default
-/// `~/.cache/hetgen/torch` (it may not exist).
+/// `torch` in hetgen's cache folder ([`hetgen_env::cache_dir`]; it may not exist).
 pub(crate) fn torch_venv_dir() -> Option<PathBuf> {
     std::env::var_os("HETGEN_TORCH_VENV")
         .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/hetgen/torch"))
-        })
+        .or_else(|| hetgen_env::cache_dir().map(|cache| cache.join("torch")))
 }
 
 /// The PyTorch venv, when it exists and the caller has not pointed torch-sys at a libtorch

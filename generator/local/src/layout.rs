@@ -15,7 +15,7 @@ use hetgen_spec::Job;
 use hetgen_spec::model::{Channel, HOMOGENEOUS_GROUP, Role, S3Distribution};
 use serde::Serialize;
 
-use crate::LocalError;
+use crate::{LocalError, RunDir};
 
 /// The interface the simulated hosts reach each other on: every host's address is on the
 /// loopback interface. SageMaker reports its own (`eth0`) the same way, and from it AWS's
@@ -226,7 +226,7 @@ impl Layout {
 
     /// The host's `/opt/ml`.
     pub fn host_dir(&self, host: &Host) -> PathBuf {
-        self.job_dir.join("hosts").join(&host.name)
+        RunDir::at(&self.job_dir).host_dir(&host.name)
     }
 
     /// The files of the host's `/opt/ml`, as the runtime finds them.
@@ -420,14 +420,13 @@ impl Layout {
 /// SageMaker syncs every host's folder to one location; where two hosts wrote one name, the
 /// later host's copy is taken).
 pub fn checkpoints_of(run_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>, LocalError> {
-    let hosts = run_dir.join("hosts");
-    let entries = std::fs::read_dir(&hosts).map_err(|source| LocalError::NotARun {
-        path: run_dir.to_owned(),
-        source,
-    })?;
+    let dirs = RunDir::at(run_dir)
+        .host_dirs()
+        .map_err(|source| LocalError::NotARun {
+            path: run_dir.to_owned(),
+            source,
+        })?;
     let mut found = BTreeMap::new();
-    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    dirs.sort();
     for host in dirs {
         let base = Paths { base: host }.checkpoint_dir();
         let mut files = Vec::new();

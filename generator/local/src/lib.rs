@@ -15,6 +15,7 @@
 //! - [`supervise`]: running the hosts and ending the job as SageMaker would (Completed, Failed,
 //!   Stopped), leaving no process behind.
 //! - [`record`]: `job-record.json` in the job folder.
+//! - [`run_dir`]: a run's folder, its files, and finding a run again by its folder or name.
 //! - [`bench`]: one job run three ways for `hetgen bench` (preprocessing on the trainer host,
 //!   on data hosts, on both), the trainer on the same cores each time, measured.
 //!
@@ -42,6 +43,7 @@ pub mod joblog;
 pub mod launcher;
 pub mod layout;
 pub mod record;
+pub mod run_dir;
 pub mod supervise;
 pub mod traceback;
 
@@ -61,6 +63,7 @@ pub use image::Image;
 pub use launcher::LauncherBuild;
 pub use layout::{Cluster, Host, JobEnvironment, Layout};
 pub use record::{HostRecord, JobRecord};
+pub use run_dir::RunDir;
 pub use supervise::{Exit, HostCommand, Limits, Observer, Outcome, Status, StopRequests, Stream};
 
 /// The trainer's per-step line, as the supervisor hands it to an [`Observer`].
@@ -124,7 +127,7 @@ pub fn spec_max_runtime(job: &Job) -> Option<Duration> {
 /// `<job_root>/local/<job>-<timestamp>`, with `-2`, `-3`, … when runs start within a second.
 pub fn default_job_dir(job_root: &Path, name: &str, now: SystemTime) -> PathBuf {
     let stem = format!("{name}-{}", hetgen_spec::model::name_timestamp(now));
-    let local = job_root.join("local");
+    let local = RunDir::runs_of(job_root);
     let mut dir = local.join(&stem);
     let mut n = 2;
     while dir.exists() {

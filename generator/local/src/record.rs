@@ -66,7 +66,7 @@ pub struct HostRecord {
 impl JobRecord {
     /// Where the record of a run in `job_dir` goes.
     pub fn path(job_dir: &Path) -> PathBuf {
-        job_dir.join(RECORD_FILE)
+        crate::RunDir::at(job_dir).record()
     }
 
     /// Writes the record into its job folder.

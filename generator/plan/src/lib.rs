@@ -77,14 +77,14 @@ pub enum PlanError {
     /// A price that is not a finite, positive number.
     #[error("price `{0}` $/h is not positive")]
     #[diagnostic(
-        code(hetgen::plan::price),
+        code("hetgen::plan::price"),
         help("give the cluster's price in US dollars per hour")
     )]
     Price(f64),
     /// A total too large to count.
     #[error("the cluster's {what} overflow hetgen's arithmetic")]
     #[diagnostic(
-        code(hetgen::plan::overflow),
+        code("hetgen::plan::overflow"),
         help("check the instance counts and the vCPUs per GPU")
     )]
     Overflow { what: &'static str },

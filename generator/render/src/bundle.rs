@@ -30,8 +30,8 @@ use crate::{bundle_requirements, wheel_file_name};
 
 /// The bundle's folder under `build/<job>/`.
 pub const FOLDER: &str = "sourcedir";
-/// The bundle's archive under `build/<job>/`.
-pub const ARCHIVE: &str = "sourcedir.tar.gz";
+/// The bundle's archive under `build/<job>/`: the file name its S3 key ends in.
+pub const ARCHIVE: &str = hetgen_spec::framework::BUNDLE_FILE;
 /// The toolkit installs this file, and only this one: hetgen's.
 const REQUIREMENTS: &str = "requirements.txt";
 
@@ -69,7 +69,7 @@ pub enum BundleError {
         "`{job}` runs on its own image (`image_uri`), which carries its code: it has no source bundle"
     )]
     #[diagnostic(
-        code(hetgen::bundle::own_image),
+        code("hetgen::bundle::own-image"),
         help(
             "build the image from the rendered Dockerfile; or remove `image_uri` (and keep a `script` trainer) to run on AWS's PyTorch image"
         )
@@ -81,7 +81,7 @@ pub enum BundleError {
     /// The job has nowhere to run but here.
     #[error("`{job}` has no `[sagemaker]` section: it has no source bundle")]
     #[diagnostic(
-        code(hetgen::bundle::no_sagemaker),
+        code("hetgen::bundle::no-sagemaker"),
         help(
             "a `script` trainer runs on AWS's PyTorch image with a `[sagemaker]` section that has `region`, `role_arn` and `output_path` and no `image_uri`"
         )
@@ -93,7 +93,7 @@ pub enum BundleError {
     /// No wheel at the path given.
     #[error("no hetgen wheel at {}", path.display())]
     #[diagnostic(
-        code(hetgen::bundle::no_wheel),
+        code("hetgen::bundle::no-wheel"),
         help(
             "build it with `make wheel` in a hetgen checkout (it lands in the target folder's `wheels/`), or pass `--wheel PATH` / set `HETGEN_WHEEL`"
         )
@@ -105,7 +105,7 @@ pub enum BundleError {
     /// A file that is not this hetgen's manylinux wheel.
     #[error("{} is not this hetgen's wheel `{expected}`", path.display())]
     #[diagnostic(
-        code(hetgen::bundle::wrong_wheel),
+        code("hetgen::bundle::wrong-wheel"),
         help(
             "the bundle ships the manylinux wheel of the same hetgen version (its data protocol must match): build it with `make wheel` from this hetgen's source"
         )
@@ -118,7 +118,7 @@ pub enum BundleError {
     },
     /// A user file has the name of one of hetgen's.
     #[error("`{file}` in `{source_dir}` has the name of a file hetgen adds to the bundle")]
-    #[diagnostic(code(hetgen::bundle::collision))]
+    #[diagnostic(code("hetgen::bundle::collision"))]
     Collision {
         /// The path inside `source_dir`.
         file: String,
@@ -130,7 +130,10 @@ pub enum BundleError {
     },
     /// A rendered file is missing: the job was not rendered.
     #[error("{} is missing", path.display())]
-    #[diagnostic(code(hetgen::bundle::not_rendered), help("run `hetgen render` first"))]
+    #[diagnostic(
+        code("hetgen::bundle::not-rendered"),
+        help("run `hetgen render` first")
+    )]
     NotRendered {
         /// The missing file.
         path: PathBuf,
@@ -138,7 +141,7 @@ pub enum BundleError {
     /// A symbolic link in `source_dir` points to nothing.
     #[error("{} is a symbolic link to nothing", path.display())]
     #[diagnostic(
-        code(hetgen::bundle::broken_link),
+        code("hetgen::bundle::broken-link"),
         help(
             "the bundle holds what links point to: point it at a file or folder, or remove it (names starting with `.` are left out)"
         )
@@ -151,7 +154,7 @@ pub enum BundleError {
     /// wheel.
     #[error("the installed hetgen cannot be packed as its wheel: {}: {why}", path.display())]
     #[diagnostic(
-        code(hetgen::bundle::installed),
+        code("hetgen::bundle::installed"),
         help(
             "reinstall hetgen (`pip install --force-reinstall hetgen-….whl`), or pass the wheel itself with `--wheel PATH`"
         )
@@ -164,7 +167,7 @@ pub enum BundleError {
     },
     /// Reading or writing failed.
     #[error("{}: {source}", path.display())]
-    #[diagnostic(code(hetgen::bundle::io))]
+    #[diagnostic(code("hetgen::bundle::io"))]
     Io {
         /// The file or folder.
         path: PathBuf,

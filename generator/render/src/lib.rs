@@ -126,7 +126,7 @@ pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateErr
         .as_ref()
         .map(|sm| request::create_training_job(job, sm, &sha));
     if let Some(request) = &request {
-        files.push(generated("create-training-job.json", json(request)));
+        files.push(generated(request::REQUEST_FILE, json(request)));
     }
     let job_file = JobFile {
         generated_by: format!("hetgen {}", env!("CARGO_PKG_VERSION")),

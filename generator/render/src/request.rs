@@ -9,6 +9,9 @@ use hetgen_spec::model::{
 };
 use serde::Serialize;
 
+/// The request's file in the job's folder: `hetgen render` writes it, `hetgen deploy` sends it.
+pub const REQUEST_FILE: &str = "create-training-job.json";
+
 /// Hyperparameters the SageMaker Python SDK sets for a distribution strategy; the training
 /// toolkit reads them to launch the strategy on the named group only.
 fn distribution_hyperparameters(job: &Job) -> BTreeMap<String, String> {
@@ -36,18 +39,19 @@ pub fn hyperparameters(job: &Job, sm: &SageMaker) -> BTreeMap<String, String> {
     let mut hps = sm.hyperparameters.clone();
     match &sm.framework {
         Some(framework) => {
+            use hetgen_spec::framework::{
+                JOB_NAME_HP, LOG_LEVEL_HP, PROGRAM, PROGRAM_HP, REGION_HP, SUBMIT_DIRECTORY_HP,
+            };
             let json = |s: &str| serde_json::to_string(s).expect("strings serialize");
-            let [program, submit_directory, log_level, job_name, region] =
-                hetgen_spec::framework::HYPERPARAMETERS;
-            hps.insert(program.to_owned(), json(hetgen_spec::framework::PROGRAM));
+            hps.insert(PROGRAM_HP.to_owned(), json(PROGRAM));
             hps.insert(
-                submit_directory.to_owned(),
+                SUBMIT_DIRECTORY_HP.to_owned(),
                 json(&framework.submit_directory(&job.name)),
             );
             // logging.INFO, the SDK's default `container_log_level`.
-            hps.insert(log_level.to_owned(), "20".to_owned());
-            hps.insert(job_name.to_owned(), json(&job.name));
-            hps.insert(region.to_owned(), json(&sm.region));
+            hps.insert(LOG_LEVEL_HP.to_owned(), "20".to_owned());
+            hps.insert(JOB_NAME_HP.to_owned(), json(&job.name));
+            hps.insert(REGION_HP.to_owned(), json(&sm.region));
         }
         None => hps.extend(distribution_hyperparameters(job)),
     }

@@ -33,7 +33,7 @@ const SCAFFOLDS: &[&str] = &["launcher/src/main.rs"];
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error("template `{template}` failed to render")]
 #[diagnostic(
-    code(hetgen::render::template),
+    code("hetgen::render::template"),
     help("this is a bug in hetgen, not in your spec; please report it with the spec attached")
 )]
 pub struct TemplateError {

@@ -10,7 +10,7 @@ use crate::{Ownership, Rendered};
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 #[error("cannot write `{}`", path.display())]
 #[diagnostic(
-    code(hetgen::render::write),
+    code("hetgen::render::write"),
     help("check that the output folder is writable and the disk is not full")
 )]
 pub struct WriteError {

@@ -61,6 +61,23 @@ pub struct InstanceType {
     /// Where the price came from: the name of one of `[prices.sources]`.
     #[serde(default)]
     pub price_from: Option<String>,
+    /// The Elastic Fabric Adapter NCCL uses across hosts of this type, as AWS's training
+    /// toolkit knows it; `None` where it knows none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efa: Option<Efa>,
+}
+
+/// An instance type's Elastic Fabric Adapter, as AWS's training toolkit (`sagemaker-training`
+/// 5.1) sorts the types it sets EFA's variables for when it starts torchrun: `FI_PROVIDER=efa`
+/// for both kinds, and for those whose EFA does RDMA, `FI_EFA_USE_DEVICE_RDMA=1` and
+/// `RDMAV_FORK_SAFE=1`. hetgen's launcher starts torchrun itself and sets the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Efa {
+    /// EFA that also does RDMA (`efa = "rdma"`).
+    Rdma,
+    /// EFA without RDMA (`efa = "no-rdma"`).
+    NoRdma,
 }
 
 impl InstanceType {
@@ -190,6 +207,42 @@ mod tests {
             let i = c.get(name).unwrap();
             assert_eq!((i.vcpus, i.gpus), (vcpus, gpus), "{name}");
         }
+    }
+
+    /// The toolkit's two lists (`sagemaker-training` 5.1), each type in the catalog with its kind.
+    #[test]
+    fn efa_types_are_the_training_toolkit_s() {
+        let c = Catalog::builtin();
+        let with = |kind| {
+            let mut names: Vec<&str> = c
+                .instances
+                .iter()
+                .filter(|i| i.efa == Some(kind))
+                .map(|i| i.name.as_str())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            with(Efa::Rdma),
+            [
+                "ml.p4d.24xlarge",
+                "ml.p4de.24xlarge",
+                "ml.p5.48xlarge",
+                "ml.p5e.48xlarge",
+                "ml.p6e-gb200.36xlarge",
+                "ml.trn1.32xlarge",
+            ]
+        );
+        assert_eq!(
+            with(Efa::NoRdma),
+            [
+                "ml.g4dn.12xlarge",
+                "ml.g4dn.8xlarge",
+                "ml.g5.48xlarge",
+                "ml.p3dn.24xlarge",
+            ]
+        );
     }
 
     #[test]

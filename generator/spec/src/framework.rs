@@ -61,15 +61,45 @@ pub const CONTAINER_ARGUMENTS: [&str; 1] = ["train"];
 /// The job file inside the source bundle.
 pub const JOB_FILE: &str = "hetgen-job.json";
 
+/// The hyperparameter naming the entry point the toolkit runs ([`PROGRAM`]).
+pub const PROGRAM_HP: &str = "sagemaker_program";
+/// The hyperparameter naming where the toolkit downloads the source bundle from
+/// ([`bundle_uri`]).
+pub const SUBMIT_DIRECTORY_HP: &str = "sagemaker_submit_directory";
+/// The hyperparameter with the toolkit's log level.
+pub const LOG_LEVEL_HP: &str = "sagemaker_container_log_level";
+/// The hyperparameter with the training job's name.
+pub const JOB_NAME_HP: &str = "sagemaker_job_name";
+/// The hyperparameter with the job's region.
+pub const REGION_HP: &str = "sagemaker_region";
+
 /// The hyperparameters a framework-mode job carries besides the user's, as SDK 2.x's `PyTorch`
 /// estimator sets them (hetgen-render writes them; a spec may not).
 pub const HYPERPARAMETERS: [&str; 5] = [
-    "sagemaker_program",
-    "sagemaker_submit_directory",
-    "sagemaker_container_log_level",
-    "sagemaker_job_name",
-    "sagemaker_region",
+    PROGRAM_HP,
+    SUBMIT_DIRECTORY_HP,
+    LOG_LEVEL_HP,
+    JOB_NAME_HP,
+    REGION_HP,
 ];
+
+/// The source bundle's file name: the archive `hetgen render`'s bundle step writes, and the
+/// last part of its S3 key.
+pub const BUNDLE_FILE: &str = "sourcedir.tar.gz";
+
+/// Where the source bundle of job `job` goes, as the SageMaker Python SDK puts it:
+/// `<code_location>/<job>/source/sourcedir.tar.gz` (`code_location` is `s3://bucket[/prefix]`
+/// without a trailing `/`).
+pub fn bundle_uri(code_location: &str, job: &str) -> String {
+    format!("{code_location}/{job}/source/{BUNDLE_FILE}")
+}
+
+/// The `(code_location, job)` a [`bundle_uri`] was made of, `None` for another uri.
+pub fn bundle_uri_parts(uri: &str) -> Option<(&str, &str)> {
+    let rest = uri.strip_suffix(BUNDLE_FILE)?.strip_suffix("/source/")?;
+    let (code_location, job) = rest.rsplit_once('/')?;
+    (!code_location.is_empty() && !job.is_empty()).then_some((code_location, job))
+}
 
 /// The ECR repository of the training images.
 pub const REPOSITORY: &str = "pytorch-training";
@@ -216,6 +246,20 @@ mod tests {
             "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-training:2.8.0-gpu-py312"
         );
         assert_eq!(image_uri("xx-nowhere-1", "2.8.0", "gpu", "py312"), None);
+    }
+
+    #[test]
+    fn bundle_uris_come_apart_into_what_they_were_made_of() {
+        let uri = bundle_uri("s3://b/code", "digits");
+        assert_eq!(uri, "s3://b/code/digits/source/sourcedir.tar.gz");
+        assert_eq!(bundle_uri_parts(&uri), Some(("s3://b/code", "digits")));
+        assert_eq!(
+            bundle_uri_parts(&bundle_uri("s3://b", "j")),
+            Some(("s3://b", "j"))
+        );
+        assert_eq!(bundle_uri_parts("s3://b/j/sourcedir.tar.gz"), None);
+        assert_eq!(bundle_uri_parts("s3://b/code/j/source/other.tar.gz"), None);
+        assert_eq!(bundle_uri_parts("/source/sourcedir.tar.gz"), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub mod spans;
 pub mod step;
 mod suggest;
 
-pub use catalog::{Catalog, InstanceType, Provenance};
+pub use catalog::{Catalog, Efa, InstanceType, Provenance};
 pub use check::{Checked, check, check_bytes, check_file};
 pub use diagnostic::{Problem, Report, Severity, SpecSource};
 pub use model::Job;

@@ -599,10 +599,9 @@ pub struct Framework {
 }
 
 impl Framework {
-    /// Where the source bundle of job `name` goes, as the SageMaker Python SDK puts it:
-    /// `<code_location>/<name>/source/sourcedir.tar.gz`.
+    /// Where the source bundle of job `name` goes ([`crate::framework::bundle_uri`]).
     pub fn submit_directory(&self, name: &str) -> String {
-        format!("{}/{name}/source/sourcedir.tar.gz", self.code_location)
+        crate::framework::bundle_uri(&self.code_location, name)
     }
 }
 

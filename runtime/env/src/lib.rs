@@ -11,12 +11,15 @@
 //!
 //! [`process`] keeps the container's other promise outside a container: a host's processes end
 //! with it (process groups, the death signal, signal names), for the launcher's `torchrun` and
-//! the hosts of `hetgen deploy --local` alike.
+//! the hosts of `hetgen deploy --local` alike. [`cache_dir`] is hetgen's cache folder on the
+//! machine it runs on.
 
+mod cache;
 mod error;
 mod hosts;
 mod job_file;
 pub mod process;
+mod role_line;
 mod summary;
 mod token;
 
@@ -26,9 +29,11 @@ use std::path::{Path, PathBuf};
 use hetgen_spec::model::S3Distribution;
 use serde::{Deserialize, Serialize};
 
+pub use cache::cache_dir;
 pub use error::EnvError;
 pub use hosts::HostsFile;
 pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};
+pub use role_line::{STARTING_ROLE, starting_role_group};
 pub use summary::{InputReport, SUMMARY_FILE, SUMMARY_LINE_PREFIX, Summary};
 pub use token::job_token;
 

@@ -93,7 +93,8 @@ fn run(args: &Args, env: &hetgen_env::Env, stages: &StageRegistry) -> Result<Str
             job.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
         )
     })?;
-    tracing::info!(host = env.host(), group = env.group(), ?role, job = %job.name, "starting role");
+    // `hetgen logs` learns the host's group from this line (`hetgen_env::starting_role_group`).
+    tracing::info!(host = env.host(), group = env.group(), ?role, job = %job.name, "{}", hetgen_env::STARTING_ROLE);
     match role {
         Role::Data => {
             let reason = hetgen_data::role::run_data_role(job, env, stages)?;

@@ -30,6 +30,7 @@ use hetgen_env::Env;
 use hetgen_env::process::Signal;
 use hetgen_pipeline::BoxError;
 use hetgen_spec::model::{Job, ScriptTrainer};
+use hetgen_spec::{Catalog, Efa};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -292,28 +293,10 @@ fn script_error(lines: &[String]) -> String {
         .join("\n")
 }
 
-/// Instance types with EFA for NCCL: those whose EFA also does RDMA and those whose EFA does
-/// not, together the lists of AWS's training toolkit (`sagemaker-training` 5.1), which sets the
-/// variables below for them when it starts torchrun itself.
-const EFA_RDMA_TYPES: &[&str] = &[
-    "ml.p4d.24xlarge",
-    "ml.p4de.24xlarge",
-    "ml.p5.48xlarge",
-    "ml.p5e.48xlarge",
-    "ml.trn1.32xlarge",
-    "ml.p6e-gb200.36xlarge",
-];
-const EFA_WITHOUT_RDMA_TYPES: &[&str] = &[
-    "ml.g4dn.8xlarge",
-    "ml.g4dn.12xlarge",
-    "ml.g5.48xlarge",
-    "ml.p3dn.24xlarge",
-];
-
 /// The collective back ends' settings for this host, as AWS's training toolkit sets them for
 /// torchrun (hetgen starts torchrun itself, so that it spans the trainer group only): the
 /// interface SageMaker set up for gloo and NCCL, NCCL's `simple` protocol, and EFA where the
-/// instance type has it.
+/// instance catalog says the type has it ([`hetgen_spec::Efa`], the toolkit's own lists).
 fn collective_environment(env: &Env) -> Vec<(&'static str, String)> {
     let mut vars = Vec::new();
     let interface = &env.resources.network_interface_name;
@@ -322,12 +305,13 @@ fn collective_environment(env: &Env) -> Vec<(&'static str, String)> {
         vars.push(("NCCL_SOCKET_IFNAME", interface.clone()));
     }
     vars.push(("NCCL_PROTO", "simple".to_owned()));
-    let instance_type = env.resources.current_instance_type.as_str();
-    let rdma = EFA_RDMA_TYPES.contains(&instance_type);
-    if rdma || EFA_WITHOUT_RDMA_TYPES.contains(&instance_type) {
+    let efa = Catalog::builtin()
+        .get(&env.resources.current_instance_type)
+        .and_then(|instance| instance.efa);
+    if efa.is_some() {
         vars.push(("FI_PROVIDER", "efa".to_owned()));
     }
-    if rdma {
+    if efa == Some(Efa::Rdma) {
         vars.push(("FI_EFA_USE_DEVICE_RDMA", "1".to_owned()));
         vars.push(("RDMAV_FORK_SAFE", "1".to_owned()));
     }

@@ -148,7 +148,7 @@ async fn resumed(
 
 /// The request `hetgen render` wrote to `job_root`.
 fn read_request(job_root: &Path) -> Result<Request, Failure> {
-    let path = job_root.join("create-training-job.json");
+    let path = job_root.join(hetgen_render::request::REQUEST_FILE);
     let text = std::fs::read_to_string(&path).map_err(|source| Failure::Read {
         path: path.clone(),
         hint: "run `hetgen render` first".to_owned(),

@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use hetgen_local::supervise::Status;
 use hetgen_local::{
-    CpuPolicy, Exit, FrameworkRun, Host, JobRecord, Limits, LocalJob, Observer, RunOptions, Step,
-    StopRequests, Stream,
+    CpuPolicy, Exit, FrameworkRun, Host, JobRecord, Limits, LocalJob, Observer, RunDir, RunOptions,
+    Step, StopRequests, Stream,
 };
 use hetgen_spec::Job;
 use indicatif::ProgressBar;
@@ -86,13 +86,10 @@ fn run_options(args: &DeployArgs, job: &Job, job_root: &Path) -> Result<RunOptio
         seed: local.seed,
         framework,
         // A run's folder, or its name among the job's runs.
-        resume_from: args.resume_from.as_ref().map(|run| {
-            let path = PathBuf::from(run);
-            match path.is_dir() || run.contains('/') {
-                true => path,
-                false => job_root.join("local").join(run),
-            }
-        }),
+        resume_from: args
+            .resume_from
+            .as_ref()
+            .map(|run| RunDir::of_job(job_root, run).dir().to_owned()),
     })
 }
 

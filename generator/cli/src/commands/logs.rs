@@ -1,15 +1,13 @@
 //! `hetgen logs JOB`: a job's output, every host's lines labelled, from a local run's folder or
 //! from CloudWatch, the same way for both.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
 use hetgen_deploy::jobs;
 use hetgen_deploy::logs::JobLogs;
-use hetgen_env::{Paths, ResourceConfig};
-use hetgen_local::joblog::{LOG_FILE, LogReader};
-use hetgen_local::record::RECORD_FILE;
+use hetgen_local::RunDir;
+use hetgen_local::joblog::LogReader;
 
 use crate::cli::LogsArgs;
 use crate::exit::Failure;
@@ -24,37 +22,23 @@ pub fn run(args: &LogsArgs) -> Result<ExitCode, Failure> {
         hosts: args.host.iter().cloned().collect(),
         groups: args.group.iter().cloned().collect(),
     };
-    match local_job_dir(&args.job, &args.out) {
-        Some(dir) => local(args, &dir, filter),
+    // A local run's folder, or a run's name among the jobs rendered into `--out`; else a
+    // SageMaker job.
+    match RunDir::find(&args.job, &args.out) {
+        Some(run) => local(args, &run, filter),
         None => remote(args, filter),
     }
 }
 
-/// The local run `job` names: a job folder, or a run's name under `out/<job>/local/`.
-fn local_job_dir(job: &str, out: &Path) -> Option<PathBuf> {
-    let path = Path::new(job);
-    if path.join(LOG_FILE).is_file() || path.join(RECORD_FILE).is_file() {
-        return Some(path.to_owned());
-    }
-    if job.contains('/') {
-        return None;
-    }
-    std::fs::read_dir(out)
-        .ok()?
-        .flatten()
-        .map(|entry| entry.path().join("local").join(job))
-        .find(|dir| dir.join(LOG_FILE).is_file())
-}
-
 /// Prints a local run's lines; with `--follow`, until its job record appears.
-fn local(args: &LogsArgs, dir: &Path, filter: Filter) -> Result<ExitCode, Failure> {
-    let mut view = LogView::new(args.format, Target::Stdout, filter, local_width(dir));
+fn local(args: &LogsArgs, run: &RunDir, filter: Filter) -> Result<ExitCode, Failure> {
+    let mut view = LogView::new(args.format, Target::Stdout, filter, local_width(run));
     let since = args.since;
-    let mut reader = LogReader::new(dir);
+    let mut reader = LogReader::new(run.dir());
     let stop = hetgen_local::StopRequests::from_signals();
     loop {
         // The record is written after the last line: looked at first, one more read is whole.
-        let ended = dir.join(RECORD_FILE).is_file();
+        let ended = run.has_ended();
         for line in reader.read_new()? {
             if since.is_none_or(|s| line.system_time().is_some_and(|t| t >= s)) {
                 view.line(&line);
@@ -65,7 +49,7 @@ fn local(args: &LogsArgs, dir: &Path, filter: Filter) -> Result<ExitCode, Failur
         }
         if stop.count() > 0 {
             view.finish();
-            eprintln!("stopped following {}", dir.display());
+            eprintln!("stopped following {}", run.dir().display());
             return Ok(ExitCode::from(130));
         }
         std::thread::sleep(LOCAL_POLL);
@@ -75,17 +59,8 @@ fn local(args: &LogsArgs, dir: &Path, filter: Filter) -> Result<ExitCode, Failur
 }
 
 /// The label width of a local run: its hosts and groups, from any host's resource config.
-fn local_width(dir: &Path) -> usize {
-    let config = std::fs::read_dir(dir.join("hosts"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .find_map(|entry| {
-            let path = Paths { base: entry.path() }.resource_config();
-            let text = std::fs::read_to_string(path).ok()?;
-            serde_json::from_str::<ResourceConfig>(&text).ok()
-        });
-    match config {
+fn local_width(run: &RunDir) -> usize {
+    match run.resource_config() {
         Some(c) => {
             let groups = c.groups();
             label_width(

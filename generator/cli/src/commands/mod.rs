@@ -10,7 +10,7 @@ pub mod local;
 pub mod logs;
 pub mod new;
 pub mod plan;
-#[cfg(feature = "checkout")]
+#[cfg(feature = "pipeline")]
 pub mod profile;
 pub mod render;
 pub mod schema;
@@ -253,7 +253,7 @@ pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
 }
 
 /// `hetgen profile` in a build without the image pipeline (the wheel's).
-#[cfg(not(feature = "checkout"))]
+#[cfg(not(feature = "pipeline"))]
 pub mod profile {
     use std::process::ExitCode;
 

@@ -1,13 +1,11 @@
 //! `hetgen plan` and `hetgen compare`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hetgen_deploy::pricing::{self, TrainingPrices};
+use hetgen_deploy::pricing;
 use hetgen_plan::{Choice, Demand, Plan, PriceSource, Prices, Run, SwapKind};
 use hetgen_spec::Catalog;
 use hetgen_spec::model::Role;
-use miette::Diagnostic;
 
 use crate::cli::{self, CompareArgs, Format, PlanArgs};
 use crate::exit::Failure;
@@ -35,79 +33,38 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Current prices from the AWS Price List API for the job's region: today's cache, else a
-/// fresh read (then cached), else an older cache, else the catalog; each fallback said on
-/// stderr with its reason.
+/// Current prices from the AWS Price List API for the job's region ([`pricing::current`]),
+/// else hetgen's catalog; each fallback said on stderr with its reason.
 fn aws_prices(args: &PlanArgs, job: &hetgen_spec::Job, catalog: &Catalog) -> Prices {
+    let connection = args.connection();
     let spec_region = job.sagemaker.as_ref().map(|s| s.region.as_str());
-    let region = args
-        .region
-        .clone()
-        .or(spec_region.map(str::to_owned))
-        .or_else(|| std::env::var("AWS_REGION").ok())
-        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-        .unwrap_or_else(|| catalog.prices.region.clone());
-    let cache = cache_dir().map(|d| d.join("prices").join(format!("sagemaker-{region}.json")));
-    let mut cached = cache
-        .as_deref()
-        .and_then(TrainingPrices::load)
-        .filter(|p| p.region == region);
-    let from = |p: TrainingPrices, cached: bool| {
-        Prices::price_list(&p.region, &p.fetched, cached, p.prices)
-    };
-    if let Some(p) = cached.take_if(|p| p.fetched == pricing::today()) {
-        return from(p, true);
+    let region = pricing::price_region(&connection, spec_region, &catalog.prices.region);
+    let cache = hetgen_env::cache_dir().map(|dir| pricing::cache_file(&dir, &region));
+    let current = super::block_on(pricing::current(&connection, &region, cache.as_deref()));
+    if let Some((path, e)) = &current.not_cached {
+        eprintln!(
+            "warning: could not cache the prices in `{}`: {e}",
+            path.display()
+        );
     }
-    let fetched = super::block_on(async {
-        let aws = hetgen_deploy::Aws::connect(&args.connection(), Some(&region)).await?;
-        pricing::training_prices(&aws, &region).await
-    });
-    let (why, help) = match fetched {
-        Ok(p) if !p.prices.is_empty() => {
-            if let Some(path) = &cache
-                && let Err(e) = p.save(path)
-            {
-                eprintln!(
-                    "warning: could not cache the prices in `{}`: {e}",
-                    path.display()
-                );
-            }
-            return from(p, false);
+    if let Some(unread) = &current.unread {
+        let using = match &current.prices {
+            Some(p) => format!("those cached on {}", p.fetched),
+            None => "hetgen's catalog".to_owned(),
+        };
+        eprintln!(
+            "warning: could not read current AWS prices ({}); using {using}",
+            unread.why
+        );
+        if let Some(help) = &unread.help {
+            // `plan --profile` names a `hetgen profile` file; the AWS profile is `--aws-profile`.
+            eprintln!("  help: {}", help.replace("`--profile`", "`--aws-profile`"));
         }
-        Ok(_) => (
-            format!("the Price List API returned no SageMaker training prices for `{region}`"),
-            Some("check `--region` (prices are per region) and `--endpoint-url`".to_owned()),
-        ),
-        Err(e) => (e.to_string(), e.help().map(|h| h.to_string())),
-    };
-    let (prices, using) = match cached {
-        Some(p) => {
-            let using = format!("those cached on {}", p.fetched);
-            (from(p, true), using)
-        }
-        None => (Prices::catalog(catalog), "hetgen's catalog".to_owned()),
-    };
-    eprintln!("warning: could not read current AWS prices ({why}); using {using}");
-    if let Some(help) = help {
-        // `plan --profile` names a `hetgen profile` file; the AWS profile is `--aws-profile`.
-        eprintln!("  help: {}", help.replace("`--profile`", "`--aws-profile`"));
     }
-    prices
-}
-
-/// hetgen's cache folder: `$XDG_CACHE_HOME/hetgen`, else the platform's user cache folder.
-fn cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from)
-        && dir.is_absolute()
-    {
-        return Some(dir.join("hetgen"));
+    match current.prices {
+        Some(p) => Prices::price_list(&p.region, &p.fetched, current.cached, p.prices),
+        None => Prices::catalog(catalog),
     }
-    let home = PathBuf::from(std::env::var_os("HOME")?);
-    Some(if cfg!(target_os = "macos") {
-        home.join("Library/Caches/hetgen")
-    } else {
-        home.join(".cache/hetgen")
-    })
 }
 
 fn money(p: Option<f64>) -> String {

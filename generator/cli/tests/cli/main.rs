@@ -92,6 +92,65 @@ fn invalid_specs_print_their_diagnostics() {
     });
 }
 
+/// Every diagnostic code in hetgen's sources is written one way, `"hetgen::area::kebab-case"`:
+/// a spec's problems and every other failure alike, so that whoever matches on codes (a CI
+/// script, `validate --format json`) needs one rule.
+#[test]
+fn every_diagnostic_code_is_kebab_case() {
+    fn sources(dir: &Path, files: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, files);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let kebab = |segment: &str| {
+        !segment.is_empty()
+            && !segment.starts_with('-')
+            && !segment.ends_with('-')
+            && !segment.contains("--")
+            && segment
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let mut files = Vec::new();
+    for part in ["generator", "runtime"] {
+        for krate in std::fs::read_dir(repo().join(part)).unwrap().flatten() {
+            let src = krate.path().join("src");
+            if src.is_dir() {
+                sources(&src, &mut files);
+            }
+        }
+    }
+    sources(&repo().join("python/src"), &mut files);
+    let mut codes = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(
+            !text.contains("code(hetgen::"),
+            "{}: a code written as a path; write it as a string",
+            file.display()
+        );
+        for (_, rest) in text
+            .match_indices("\"hetgen::")
+            .map(|(at, _)| text.split_at(at + 9))
+        {
+            let code = &rest[..rest.find('"').unwrap()];
+            assert!(
+                code.split("::").all(kebab),
+                "{}: `hetgen::{code}` is not kebab-case",
+                file.display()
+            );
+            codes += 1;
+        }
+    }
+    // The walk found the codes, not an empty tree.
+    assert!(codes > 100, "{codes} codes");
+}
+
 #[test]
 fn validate_json_reports_every_problem_with_its_location() {
     let out = hetgen(

@@ -52,7 +52,7 @@ pub struct HostCommand {
 impl HostCommand {
     /// Where the host's output is kept.
     pub fn log_file(&self) -> PathBuf {
-        self.base_dir.join("output/log.txt")
+        self.base_dir.join(crate::run_dir::HOST_LOG)
     }
 }
 
