@@ -53,9 +53,6 @@ use rustix::thread::{UnshareFlags, unshare_unsafe};
 
 use crate::LocalError;
 
-/// The toolkit's entry for AWS's PyTorch training images.
-pub const TRAINING_MODULE: &str = "sagemaker_pytorch_container.training:main";
-
 /// What a local run of a job on AWS's PyTorch image needs besides the job.
 #[derive(Debug, Clone)]
 pub struct FrameworkRun {

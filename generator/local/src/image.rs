@@ -21,14 +21,18 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::LocalError;
 use crate::layout::{Host, JobEnvironment, Layout};
-use crate::{LocalError, framework};
+
+/// The toolkit's entry for AWS's PyTorch training images: the image's `ENV` sets it, and the
+/// toolkit's `train` runs it.
+pub const TRAINING_MODULE: &str = "sagemaker_pytorch_container.training:main";
 
 /// The image's `ENV` lines that matter to a training process (AWS's PyTorch training image
 /// Dockerfiles, `docker/pytorch/Dockerfile.{cpu,cuda}` in aws/deep-learning-containers), less
 /// `PATH` and the library paths, which are this machine's.
 const IMAGE_ENV: [(&str, &str); 7] = [
-    ("SAGEMAKER_TRAINING_MODULE", framework::TRAINING_MODULE),
+    ("SAGEMAKER_TRAINING_MODULE", TRAINING_MODULE),
     ("PYTHONDONTWRITEBYTECODE", "1"),
     ("PYTHONUNBUFFERED", "1"),
     ("PYTHONIOENCODING", "UTF-8"),
