@@ -4,7 +4,7 @@
 //! not the model): `step` is then batches taken, `step_ms` the time between them.
 //!
 //! Three parties read or write it: the trainer prints it, SageMaker scrapes it with the job's
-//! built-in metric definitions ([`crate::model::builtin_metrics`], rendered into the request and
+//! built-in metric definitions (the model's `builtin_metrics`, rendered into the request and
 //! counted against the service's limit by validation), and `hetgen deploy --local` reads it back
 //! for its progress line. It lives here, beside the metric definitions, because the spec crate is
 //! the one all three depend on (the instance contract in `hetgen-env` depends on the spec, so it
