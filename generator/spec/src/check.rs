@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use crate::ctx::Ctx;
 use crate::diagnostic::{Problem, Report, Severity, SpecSource};
 use crate::model::Job;
 use crate::raw::{RawChannel, RawInstanceGroup, RawMetric, RawSpec, RawStage};
@@ -121,76 +122,6 @@ fn looks_like_utf16(bytes: &[u8]) -> bool {
     let side =
         |nul: usize| !pairs.is_empty() && pairs.iter().all(|p| p[nul] == 0 && p[1 - nul] != 0);
     side(0) || side(1)
-}
-
-/// Shared state of one check: where problems are collected and how paths find their spans.
-pub(crate) struct Ctx<'a> {
-    pub source: &'a SpecSource,
-    pub spans: SpanIndex<'a>,
-    pub problems: Vec<Problem>,
-    /// The spec's folder, when files it names should be looked for.
-    pub dir: Option<&'a Path>,
-}
-
-impl Ctx<'_> {
-    /// Reports an error at the value `path` points to.
-    pub fn error(
-        &mut self,
-        code: &'static str,
-        path: &KeyPath,
-        message: impl Into<String>,
-        label: impl Into<String>,
-        help: impl Into<String>,
-    ) {
-        let span = self.spans.value(path);
-        self.push(Severity::Error, code, span, message, label, help);
-    }
-
-    /// Reports an error at the key `path` names (for problems with a key rather than a value).
-    pub fn error_at_key(
-        &mut self,
-        code: &'static str,
-        path: &KeyPath,
-        message: impl Into<String>,
-        label: impl Into<String>,
-        help: impl Into<String>,
-    ) {
-        let span = self.spans.key(path);
-        self.push(Severity::Error, code, span, message, label, help);
-    }
-
-    /// Reports a warning at the value `path` points to.
-    pub fn warn(
-        &mut self,
-        code: &'static str,
-        path: &KeyPath,
-        message: impl Into<String>,
-        label: impl Into<String>,
-        help: impl Into<String>,
-    ) {
-        let span = self.spans.value(path);
-        self.push(Severity::Warning, code, span, message, label, help);
-    }
-
-    fn push(
-        &mut self,
-        severity: Severity,
-        code: &'static str,
-        span: Option<std::ops::Range<usize>>,
-        message: impl Into<String>,
-        label: impl Into<String>,
-        help: impl Into<String>,
-    ) {
-        self.problems.push(Problem::new(
-            self.source,
-            code,
-            severity,
-            message.into(),
-            span,
-            label.into(),
-            Some(help.into()),
-        ));
-    }
 }
 
 fn parse<'a>(ctx: &mut Ctx<'a>, text: &'a str) -> Option<RawSpec> {

@@ -14,6 +14,7 @@
 
 pub mod catalog;
 mod check;
+mod ctx;
 pub mod diagnostic;
 pub mod duration;
 pub mod framework;

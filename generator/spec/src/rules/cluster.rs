@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use crate::catalog::Catalog;
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::{Channel, Group, Role, S3Distribution};
 use crate::path;
 use crate::raw::{RawChannel, RawInstanceGroup, RawSpec};

@@ -7,7 +7,7 @@ mod pipeline;
 mod sagemaker;
 mod trainer;
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::{Job, NAME_SUFFIX_LEN, is_job_name};
 use crate::path;
 use crate::raw::RawSpec;

@@ -1,7 +1,7 @@
 //! The data pipeline: its source, where the source's channel goes, and the stages in order (or
 //! the user's own Python dataset, which has none).
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::{Channel, Group, Pipeline, Role, S3Distribution, Source, Stage, TrainerCpus};
 use crate::path;
 use crate::raw::{RawPipeline, RawSource, RawSpec};

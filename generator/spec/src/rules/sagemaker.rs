@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::duration::parse_seconds;
 use crate::framework;
 use crate::model::{Group, InputMode, Metric, SageMaker, Vpc, builtin_metrics};

@@ -1,7 +1,7 @@
 //! The trainer: either the built-in one (model against the pipeline's output, run length,
 //! optimizer, precision) or the user's script (its files, processes per host, base image).
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::{
     BuiltinTrainer, Device, Group, Length, Model, Optimizer, OptimizerName, Pipeline, Precision,
     Role, Schedule, ScheduleName, Source, Trainer,

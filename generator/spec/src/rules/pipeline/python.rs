@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::PythonRef;
 use crate::path;
 use crate::raw::{RawPipeline, RawSpec};

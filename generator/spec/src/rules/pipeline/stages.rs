@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::{Source, Stage};
 use crate::path;
 use crate::raw::RawStage;

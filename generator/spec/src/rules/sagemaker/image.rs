@@ -1,7 +1,7 @@
 //! `[sagemaker] image_uri`: the spec's own training image, or, for a script without one, AWS's
 //! PyTorch training image and what framework mode needs around it.
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::framework;
 use crate::model::{Framework, Group, Role};
 use crate::path;

@@ -1,7 +1,7 @@
 //! Script mode: the user's training script under `torchrun` on every trainer host, from its
 //! `source_dir` with its `requirements`, built on `base_image`.
 
-use crate::check::Ctx;
+use crate::ctx::Ctx;
 use crate::model::{DEFAULT_BASE_IMAGE, Group, Role, ScriptTrainer};
 use crate::path;
 use crate::raw::{PerGpu, ProcessesPerHost, RawTrainer};
