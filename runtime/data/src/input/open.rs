@@ -206,29 +206,11 @@ impl Opened {
 mod tests {
     use super::*;
 
-    /// Local input of a job whose synthetic source has `samples` samples.
+    /// Local input of the fixture job, its synthetic source cut to `samples` samples.
     fn local(samples: u32) -> (Job, Opened) {
-        let text = format!(
-            r#"version = 1
-[job]
-name = "open-test"
-seed = 7
-[[instance_group]]
-name = "dnn_group"
-instance_type = "ml.m5.xlarge"
-count = 1
-role = "trainer"
-[pipeline]
-source = {{ format = "synthetic", shape = [4, 4, 3], classes = 2, samples = {samples} }}
-batch_size = 2
-[trainer]
-model = "mlp"
-steps = 1
-"#
-        );
-        let job = hetgen_spec::check("open-test.toml", &text)
-            .job
-            .expect("the test spec is valid");
+        let job = hetgen_fixtures::spec("data-test")
+            .set("pipeline.source.samples", samples)
+            .job();
         let decided = Input {
             mode: Mode::Local,
             threads: 1,
@@ -265,7 +247,7 @@ steps = 1
         let config = opened.config(&job, share).unwrap();
         assert_eq!(
             (config.seed, config.samples_per_epoch, config.batch_size),
-            (7, 6, 2)
+            (7, 6, 16)
         );
         assert_eq!((config.rank, config.world, config.epochs), (2, 3, Some(4)));
         assert!(config.deterministic);
