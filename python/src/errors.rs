@@ -3,7 +3,7 @@
 
 use hetgen_data::auth::TokenError;
 use hetgen_data::client::ClientError;
-use hetgen_data::job::VariableError;
+use hetgen_env::VariableError;
 use hetgen_pipeline::{BoxError, PipelineError};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;

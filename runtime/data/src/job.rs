@@ -6,28 +6,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Env, HostsFile};
+use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Env, HostsFile, VariableError};
 use hetgen_spec::model::{Job, Role};
-
-/// A variable of the job's environment has a value that cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{var}={value:?}: {expected}")]
-pub struct VariableError {
-    /// The variable.
-    pub var: &'static str,
-    /// Its value.
-    pub value: String,
-    /// What it should be.
-    pub expected: &'static str,
-}
 
 /// The port of the data service, from `HETGEN_DATA_PORT` or the default.
 pub fn data_port() -> Result<u16, VariableError> {
-    hetgen_env::port_from_env(DATA_PORT_VAR, DEFAULT_DATA_PORT).map_err(|value| VariableError {
-        var: DATA_PORT_VAR,
-        value,
-        expected: "a TCP port number from 1 to 65535",
-    })
+    hetgen_env::port_from_env(DATA_PORT_VAR, DEFAULT_DATA_PORT)
 }
 
 /// The data hosts of the job, from resourceconfig.json (never assumed from host names), in

@@ -8,11 +8,12 @@ use hetgen_env::{Env, HostsFile};
 use hetgen_pipeline::{PipelineError, StageRegistry};
 use hetgen_spec::model::Job;
 
-use crate::job::{VariableError, data_hosts, data_port, trainer_hosts};
+use crate::job::{data_hosts, data_port, trainer_hosts};
 use crate::server::{
     IDLE_VAR, MAX_CONNECTIONS_VAR, MEMORY_VAR, STALL_VAR, ServeError, ServerConfig, StopReason,
     serve,
 };
+use hetgen_env::VariableError;
 
 /// Seconds without a trainer before a data server exits (default 120).
 pub use hetgen_env::WATCHDOG_VAR;

@@ -66,13 +66,29 @@ pub const RENDEZVOUS_PORT_VAR: &str = "HETGEN_RENDEZVOUS_PORT";
 /// `torchrun`'s own default rendezvous port.
 pub const DEFAULT_RENDEZVOUS_PORT: u16 = 29500;
 
+/// A variable of the job's environment has a value that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{var}={value:?}: {expected}")]
+pub struct VariableError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What it should be.
+    pub expected: &'static str,
+}
+
 /// A TCP port from the variable `var` (blanks around it ignored), or `default` when it is unset;
-/// `Err(value)` when it holds anything but 1 to 65535.
-pub fn port_from_env(var: &str, default: u16) -> Result<u16, String> {
+/// an error when it holds anything but 1 to 65535.
+pub fn port_from_env(var: &'static str, default: u16) -> Result<u16, VariableError> {
     match std::env::var(var) {
         Ok(value) => match value.trim().parse::<u16>() {
             Ok(port) if port > 0 => Ok(port),
-            _ => Err(value),
+            _ => Err(VariableError {
+                var,
+                value,
+                expected: "a TCP port number from 1 to 65535",
+            }),
         },
         Err(_) => Ok(default),
     }

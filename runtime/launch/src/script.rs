@@ -138,13 +138,7 @@ impl Rendezvous {
         let port = hetgen_env::port_from_env(
             hetgen_env::RENDEZVOUS_PORT_VAR,
             hetgen_env::DEFAULT_RENDEZVOUS_PORT,
-        )
-        .map_err(|v| {
-            format!(
-                "{}={v:?}: expected a TCP port number from 1 to 65535",
-                hetgen_env::RENDEZVOUS_PORT_VAR
-            )
-        })?;
+        )?;
         let master = resolve_blocking(&hosts[0], port, Duration::from_secs(600))
             .map_err(|e| format!("the rendezvous host {}: {e}", hosts[0]))?;
         Ok(Self {
