@@ -18,6 +18,7 @@ mod ctx;
 pub mod diagnostic;
 pub mod duration;
 pub mod framework;
+pub mod kube;
 pub mod model;
 pub mod raw;
 mod rules;
