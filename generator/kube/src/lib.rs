@@ -1,0 +1,4 @@
+//! A hetgen job on Kubernetes, as a Kubeflow Trainer (v2) job.
+//!
+//! The names both sides share (replicatedJobs, pod DNS names, the variables a pod reads) are
+//! in `hetgen_spec::kube`.
