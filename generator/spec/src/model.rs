@@ -66,6 +66,9 @@ pub struct Job {
     pub trainer: Trainer,
     /// How the job runs on SageMaker; `None` for a local-only job.
     pub sagemaker: Option<SageMaker>,
+    /// How the job runs on Kubernetes (Kubeflow Trainer); `None` without `[kubernetes]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<Kubernetes>,
 }
 
 impl Job {
@@ -636,4 +639,17 @@ mod tests {
         // With the two hyphens and four random digits, the suffix validation reserves.
         assert_eq!(at(1_796_237_427).len() + 6, NAME_SUFFIX_LEN);
     }
+}
+
+/// `[kubernetes]`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kubernetes {
+    /// The image of every pod.
+    pub image: String,
+    /// The namespace of the job's objects.
+    pub namespace: String,
+    /// The claim of every channel, by channel name.
+    pub claims: BTreeMap<String, String>,
+    /// Environment for every pod.
+    pub environment: BTreeMap<String, String>,
 }

@@ -33,6 +33,10 @@ pub struct RawSpec {
     /// Where the job runs on Amazon SageMaker. Leave it out for a job that only runs locally
     /// (`hetgen deploy --local`).
     pub sagemaker: Option<RawSageMaker>,
+    /// Where the job runs on Kubernetes, as a Kubeflow Trainer job. With it, `hetgen render`
+    /// also writes the job's `TrainingRuntime` and `TrainJob` (`kubeflow/`); a spec may have
+    /// both this and `[sagemaker]`.
+    pub kubernetes: Option<RawKubernetes>,
 }
 
 /// `[job]`: the job's name and seed.
@@ -563,4 +567,22 @@ pub struct RawSageMaker {
     pub checkpoint_uri: Option<String>,
     /// Extra metrics besides the ones hetgen defines.
     pub metric: Option<Vec<RawMetric>>,
+}
+
+/// `[kubernetes]`: how the job runs on Kubernetes, as a Kubeflow Trainer (v2) `TrainJob`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawKubernetes {
+    /// The image every pod runs: built from the rendered Dockerfile and pushed where the
+    /// cluster can pull it, e.g. `registry.example.com/digits:1`.
+    pub image: String,
+    /// The namespace of the job's objects. Default `"default"`.
+    pub namespace: Option<String>,
+    /// The PersistentVolumeClaim each channel is read from, by channel name; a channel's claim
+    /// is mounted read-only where SageMaker would put its files (`/opt/ml/input/data/<name>`) on
+    /// the pods of the groups that receive it. Default: `<job name>-<channel name>`. For an S3
+    /// bucket, bind the claim to a volume of the Mountpoint for Amazon S3 CSI driver.
+    pub claims: Option<BTreeMap<String, String>>,
+    /// Environment variables for every pod.
+    pub environment: Option<BTreeMap<String, String>>,
 }

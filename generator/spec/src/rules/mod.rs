@@ -3,6 +3,7 @@
 //! [`Job`] when all parts resolved.
 
 mod cluster;
+mod kubernetes;
 mod pipeline;
 mod sagemaker;
 mod trainer;
@@ -47,6 +48,10 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, raw: &RawSpec) -> Option<Job> {
         .sagemaker
         .as_ref()
         .map(|sm| sagemaker::sagemaker(ctx, sm, &groups, raw));
+    let kubernetes = raw
+        .kubernetes
+        .as_ref()
+        .map(|k| kubernetes::kubernetes(ctx, k, raw, &groups, &channels));
 
     Some(Job {
         name: raw.job.name.clone(),
@@ -58,6 +63,10 @@ pub(crate) fn resolve(ctx: &mut Ctx<'_>, raw: &RawSpec) -> Option<Job> {
         trainer: trainer?,
         sagemaker: match sagemaker {
             Some(sm) => Some(sm?),
+            None => None,
+        },
+        kubernetes: match kubernetes {
+            Some(k) => Some(k?),
             None => None,
         },
     })

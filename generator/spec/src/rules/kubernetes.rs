@@ -1,0 +1,238 @@
+//! `[kubernetes]`: what Kubernetes, JobSet and Kubeflow Trainer would refuse of the objects the
+//! job renders to, said about the spec line that causes it.
+//!
+//! The rendered objects are checked against the CRDs themselves as well (`hetgen-kube`); these
+//! rules catch what the spec decides, where the user can fix it.
+
+use std::collections::BTreeMap;
+
+use crate::ctx::Ctx;
+use crate::kube::{TRAINER_JOB, pod_host, replicated_job};
+use crate::model::{Channel, Group, Kubernetes, Role};
+use crate::path;
+use crate::raw::{RawKubernetes, RawSpec};
+use crate::suggest::did_you_mean;
+
+/// Variables the rendered pods set themselves (or Trainer's torch plugin does, which refuses a
+/// TrainJob that sets them): a spec must not set them too.
+const RESERVED: &[&str] = &[
+    crate::kube::GROUPS_VAR,
+    crate::kube::GROUP_VAR,
+    crate::kube::JOBSET_VAR,
+    crate::kube::INDEX_VAR,
+    crate::kube::PET_NNODES,
+    crate::kube::PET_NPROC_PER_NODE,
+    crate::kube::PET_NODE_RANK,
+    crate::kube::PET_MASTER_ADDR,
+    crate::kube::PET_MASTER_PORT,
+    "HETGEN_JOB_TOKEN",
+];
+
+pub(super) fn kubernetes(
+    ctx: &mut Ctx<'_>,
+    k: &RawKubernetes,
+    raw: &RawSpec,
+    groups: &[Group],
+    channels: &[Channel],
+) -> Option<Kubernetes> {
+    let at = path!["kubernetes"];
+    let mut ok = names(ctx, &raw.job.name, groups);
+    if k.image.trim().is_empty() || k.image.chars().any(char::is_whitespace) {
+        ok = false;
+        ctx.error(
+            "hetgen::spec::kubernetes-image",
+            &at.at("image"),
+            format!("`{}` is not an image reference", k.image),
+            "not an image",
+            "name the image built from the rendered Dockerfile, e.g. `registry.example.com/digits:1`",
+        );
+    }
+    let namespace = k.namespace.clone().unwrap_or_else(|| "default".to_owned());
+    if !is_dns_label(&namespace) {
+        ok = false;
+        ctx.error(
+            "hetgen::spec::kubernetes-namespace",
+            &at.at("namespace"),
+            format!("`{namespace}` is not a valid namespace"),
+            "not a DNS label",
+            "use at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit",
+        );
+    }
+    let given = k.claims.clone().unwrap_or_default();
+    let channel_names: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
+    for (channel, claim) in &given {
+        if !channel_names.contains(&channel.as_str()) {
+            ok = false;
+            let help = match did_you_mean(channel, channel_names.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => "name one of the job's channels".to_owned(),
+            };
+            ctx.error_at_key(
+                "hetgen::spec::kubernetes-claim-channel",
+                &at.at("claims").at(channel.as_str()),
+                format!("no channel is named `{channel}`"),
+                "not a channel",
+                help,
+            );
+        } else if !is_dns_subdomain(claim) {
+            ok = false;
+            ctx.error(
+                "hetgen::spec::kubernetes-claim",
+                &at.at("claims").at(channel.as_str()),
+                format!("`{claim}` is not a valid PersistentVolumeClaim name"),
+                "not a DNS subdomain",
+                "use lower-case letters, digits, `-` and `.`, at most 253 characters",
+            );
+        }
+    }
+    let claims: BTreeMap<String, String> = channels
+        .iter()
+        .map(|c| {
+            let claim = given
+                .get(&c.name)
+                .cloned()
+                .unwrap_or_else(|| format!("{}-{}", raw.job.name, c.name).replace('_', "-"));
+            (c.name.clone(), claim)
+        })
+        .collect();
+    let environment = k.environment.clone().unwrap_or_default();
+    for key in environment.keys() {
+        if RESERVED.contains(&key.as_str()) {
+            ok = false;
+            ctx.error_at_key(
+                "hetgen::spec::kubernetes-reserved-variable",
+                &at.at("environment").at(key.as_str()),
+                format!("`{key}` is set by hetgen or by Kubeflow Trainer in every pod"),
+                "reserved",
+                "leave it out: the rendered objects set it",
+            );
+        } else if key.is_empty()
+            || key.starts_with(|c: char| c.is_ascii_digit())
+            || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            ok = false;
+            ctx.error_at_key(
+                "hetgen::spec::environment-key",
+                &at.at("environment").at(key.as_str()),
+                format!("`{key}` is not a valid environment variable name"),
+                "invalid name",
+                "use letters, digits and `_`, not starting with a digit",
+            );
+        }
+    }
+    ok.then_some(Kubernetes {
+        image: k.image.clone(),
+        namespace,
+        claims,
+        environment,
+    })
+}
+
+/// The TrainJob takes the job's name, and JobSet names each pod after it and its
+/// replicatedJob: every one of those must be a DNS label.
+fn names(ctx: &mut Ctx<'_>, job: &str, groups: &[Group]) -> bool {
+    if !is_dns_label(job) {
+        ctx.error(
+            "hetgen::spec::kubernetes-job-name",
+            &path!["job", "name"],
+            format!("`{job}` cannot name a TrainJob"),
+            "not a DNS label",
+            "on Kubernetes the job's name must be lower-case letters, digits and `-`, starting with a letter",
+        );
+        return false;
+    }
+    let mut ok = true;
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    for (i, group) in groups.iter().enumerate() {
+        let at = path!["instance_group", i, "name"];
+        let trainer = group.role == Role::Trainer;
+        let rjob = replicated_job(&group.name, trainer);
+        if !is_dns_label(&rjob) {
+            ok = false;
+            ctx.error(
+                "hetgen::spec::kubernetes-group-name",
+                &at,
+                format!("group `{}` cannot name a replicatedJob (`{rjob}`)", group.name),
+                "not a DNS label",
+                "on Kubernetes a data group's name must be letters, digits, `-` and `_`, starting with a letter",
+            );
+            continue;
+        }
+        if let Some(other) = seen.insert(rjob.clone(), &group.name) {
+            ok = false;
+            let why = if rjob == TRAINER_JOB {
+                format!("Kubeflow Trainer names the trainer group's job `{TRAINER_JOB}`")
+            } else {
+                format!("`{other}` becomes `{rjob}` too")
+            };
+            ctx.error(
+                "hetgen::spec::kubernetes-group-name",
+                &at,
+                format!(
+                    "group `{}` would run as replicatedJob `{rjob}`, which another group has",
+                    group.name
+                ),
+                "taken",
+                format!("rename the group: {why}"),
+            );
+            continue;
+        }
+        let last = pod_host(job, &rjob, group.count.saturating_sub(1));
+        let pod = last.split('.').next().unwrap_or(&last);
+        if pod.len() > 63 {
+            ok = false;
+            ctx.error(
+                "hetgen::spec::kubernetes-pod-name",
+                &at,
+                format!(
+                    "pod `{pod}` of group `{}` has a {}-character name",
+                    group.name,
+                    pod.len()
+                ),
+                "too long for a host name",
+                "JobSet names pods `<job>-<group>-0-<index>` and a host name is at most 63 characters: shorten the job's or the group's name",
+            );
+        }
+    }
+    ok
+}
+
+/// An RFC 1123 label that starts with a letter (RFC 1035), as Kubernetes requires of a
+/// namespace, a TrainJob's name and a replicatedJob's.
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// An RFC 1123 subdomain, as Kubernetes requires of most object names.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_label("pytorch-digits"));
+        assert!(!is_dns_label("Digits"));
+        assert!(!is_dns_label("1digits"));
+        assert!(!is_dns_label("digits-"));
+        assert!(is_dns_subdomain("a.b-c"));
+        assert!(!is_dns_subdomain("a..b"));
+    }
+}
