@@ -2,3 +2,9 @@
 //!
 //! The names both sides share (replicatedJobs, pod DNS names, the variables a pod reads) are
 //! in `hetgen_spec::kube`.
+
+mod emit;
+pub mod objects;
+
+pub use emit::to_yaml;
+pub use objects::{Objects, objects};

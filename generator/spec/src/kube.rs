@@ -58,6 +58,16 @@ pub const GROUP_VAR: &str = "HETGEN_KUBE_GROUP";
 pub const JOBSET_VAR: &str = "HETGEN_KUBE_JOBSET";
 /// The pod's index in its group, from [`COMPLETION_INDEX_ANNOTATION`] (downward API).
 pub const INDEX_VAR: &str = "HETGEN_KUBE_INDEX";
+/// The launcher in hetgen's images (the rendered Dockerfile's `ENTRYPOINT`): every pod's
+/// command, with [`LAUNCHER_ARGS`].
+pub const IMAGE_LAUNCHER: &str = "/usr/local/bin/launcher";
+/// The launcher's arguments, as SageMaker starts a container (`docker run IMAGE train`).
+pub const LAUNCHER_ARGS: [&str; 1] = ["train"];
+/// Where a channel's volume is mounted: SageMaker's layout, which the runtime reads.
+pub fn channel_mount(channel: &str) -> String {
+    format!("/opt/ml/input/data/{channel}")
+}
+
 /// The key of the job token in the job's Secret ([`token_secret`]).
 pub const TOKEN_KEY: &str = "token";
 
