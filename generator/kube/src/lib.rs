@@ -5,6 +5,7 @@
 
 mod emit;
 pub mod objects;
+pub mod pods;
 
 pub use emit::to_yaml;
 pub use objects::{Objects, objects};

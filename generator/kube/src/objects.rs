@@ -272,7 +272,10 @@ fn channels_of<'a>(job: &'a Job, group: &Group) -> Vec<&'a String> {
 
 /// A channel's volume: its name as a DNS label.
 fn volume_name(channel: &str) -> String {
-    format!("channel-{}", channel.to_ascii_lowercase().replace(['_', '.'], "-"))
+    format!(
+        "channel-{}",
+        channel.to_ascii_lowercase().replace(['_', '.'], "-")
+    )
 }
 
 fn user_env(k: &Kubernetes) -> Vec<Value> {

@@ -138,12 +138,12 @@ pub fn render(job: &Job, origin: SpecOrigin<'_>) -> Result<Rendered, TemplateErr
     files.push(generated(hetgen_env::JOB_FILE_NAME, job_file.to_json()));
     files.extend(templates::render_all(job, request.as_ref(), origin, &sha)?);
     if let Some(objects) = hetgen_kube::objects(job) {
-        files.extend(
-            objects
-                .files()
-                .into_iter()
-                .map(|(path, yaml)| generated(path, format!("# {}\n{yaml}", generated_notice(origin, &sha)))),
-        );
+        files.extend(objects.files().into_iter().map(|(path, yaml)| {
+            generated(
+                path,
+                format!("# {}\n{yaml}", generated_notice(origin, &sha)),
+            )
+        }));
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Rendered {
