@@ -162,6 +162,13 @@ pub enum LocalError {
         #[help]
         fix: String,
     },
+    /// The Kubernetes objects cannot be run as pods here.
+    #[error("{message}")]
+    #[diagnostic(
+        code("hetgen::local::kube"),
+        help("run `hetgen render` again, or fix the rendered objects under build/<job>/kubeflow/")
+    )]
+    Kube { message: String },
     /// The script's source folder is missing.
     #[error("the trainer's `source_dir` `{}` is not a folder", path.display())]
     #[diagnostic(code("hetgen::local::source-dir"))]

@@ -40,6 +40,7 @@ mod error;
 pub mod framework;
 pub mod image;
 pub mod joblog;
+pub mod kube;
 pub mod launcher;
 pub mod layout;
 pub mod record;
@@ -352,7 +353,7 @@ fn host_commands(
 /// The code of a script-mode trainer host on hetgen's own image: the spec's `source_dir`,
 /// standing in for the image's `/opt/ml/code`, with `torchrun` (and the hetgen wheel beside it)
 /// on PATH.
-fn script_code(
+pub(crate) fn script_code(
     script: &hetgen_spec::model::ScriptTrainer,
     spec_dir: &Path,
     inherited: &mut BTreeMap<String, String>,
@@ -531,14 +532,14 @@ fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-fn absolute(path: &Path) -> PathBuf {
+pub(crate) fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
 
 /// A `127.x.y.0` block whose first `hosts` addresses have `port` free, so that runs in
 /// parallel (tests, two terminals) do not take each other's data servers. `127.0.0.0/16` is
 /// left out: other programs listen on `127.0.0.1`.
-fn free_block(rng: &mut fastrand::Rng, hosts: usize, port: u16) -> Ipv4Addr {
+pub(crate) fn free_block(rng: &mut fastrand::Rng, hosts: usize, port: u16) -> Ipv4Addr {
     let candidate = |rng: &mut fastrand::Rng| Ipv4Addr::new(127, rng.u8(1..=254), rng.u8(..), 0);
     let mut base = candidate(rng);
     for _ in 0..16 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::value;
-use super::{AwsArgs, WheelArgs};
+use super::{AwsArgs, Engine, WheelArgs};
 
 #[derive(Debug, Args)]
 pub struct DeployArgs {
@@ -16,6 +16,11 @@ pub struct DeployArgs {
     /// Folder `hetgen render` wrote to
     #[arg(long, default_value = "build")]
     pub out: PathBuf,
+    /// Where the job runs: on SageMaker (the spec's `[sagemaker]`) or as a Kubeflow Trainer
+    /// job on Kubernetes (`[kubernetes]`, rendered under OUT/<job>/kubeflow/); with --local,
+    /// which rendering runs here
+    #[arg(long, value_enum, default_value = "sagemaker")]
+    pub engine: Engine,
     /// Use this TrainingJobName as it is, without a unique suffix
     #[arg(long)]
     pub name: Option<String>,
