@@ -54,9 +54,10 @@ wheel:
 ## The package's tests, against real data-server processes and real `hetgen deploy --local` jobs,
 ## and the wheel itself in a fresh venv: its `hetgen` command alone, run locally and deployed to
 ## moto's S3 and SageMaker.
-PYTHON_TESTS = $(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-data --bins && \
+PYTHON_TESTS = $(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-data -p hetgen-runtime --bins && \
 	  VENV="$$(scripts/python-env.sh)" && HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" \
 	  HETGEN_BIN="$(HETGEN)" HETGEN_DATA_SERVER="$(CARGO_TARGET_DIR)/debug/hetgen-data-server" \
+	  HETGEN_LAUNCHER="$(CARGO_TARGET_DIR)/debug/hetgen-launcher" \
 	  HETGEN_WHEEL="$(WHEEL)" "$$TORCH_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
 
 python-test: build wheel

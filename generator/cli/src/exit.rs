@@ -123,6 +123,15 @@ pub enum Failure {
         )
     )]
     NoSageMaker { spec: PathBuf },
+    /// The spec cannot run as a Kubeflow Trainer job.
+    #[error("`{}` has no `[kubernetes]` section", spec.display())]
+    #[diagnostic(
+        code("hetgen::deploy::no-kubernetes"),
+        help(
+            "add `[kubernetes]` with the `image` built from the rendered Dockerfile, and run `hetgen render`"
+        )
+    )]
+    NoKubernetes { spec: PathBuf },
     /// The operating system gave no randomness for the job token.
     #[error("cannot make a job token")]
     #[diagnostic(

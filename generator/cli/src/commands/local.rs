@@ -18,7 +18,7 @@ use hetgen_spec::Job;
 use indicatif::ProgressBar;
 
 use super::{build_launcher, ensure_fresh, render_spec, spinner, write_bundle};
-use crate::cli::DeployArgs;
+use crate::cli::{DeployArgs, Engine};
 use crate::exit::Failure;
 use crate::view::{label_width, labelled, progress, summary_lines};
 
@@ -28,7 +28,15 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     ensure_fresh(&rendered, &args.out)?;
     let job_root = args.out.join(&rendered.dir);
     let options = run_options(args, &job, &job_root)?;
-    let prepared = hetgen_local::prepare(&job, options)?;
+    let prepared = match args.engine {
+        Engine::Sagemaker => hetgen_local::prepare(&job, options)?,
+        Engine::Kubeflow => {
+            let objects = hetgen_kube::objects(&job).ok_or_else(|| Failure::NoKubernetes {
+                spec: args.spec.clone(),
+            })?;
+            hetgen_local::kube::prepare(&job, &objects.runtime, &objects.trainjob, options)?
+        }
+    };
     print_prepared(&prepared);
 
     let stop = StopRequests::from_signals();
@@ -48,7 +56,11 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
 /// The run the flags ask for, of the job rendered under `job_root`.
 fn run_options(args: &DeployArgs, job: &Job, job_root: &Path) -> Result<RunOptions, Failure> {
     let local = &args.local;
-    let framework = framework_run(args, job)?;
+    let framework = match args.engine {
+        Engine::Sagemaker => framework_run(args, job)?,
+        // Pods run hetgen's image: the launcher, never AWS's toolkit.
+        Engine::Kubeflow => None,
+    };
     let launcher = match (&local.launcher, &framework) {
         (Some(path), _) => hetgen_local::launcher::check_executable(path)?,
         (None, Some(_)) => PathBuf::new(),
