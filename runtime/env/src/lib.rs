@@ -16,6 +16,7 @@
 
 mod cache;
 mod error;
+mod host_order;
 mod hosts;
 mod job_file;
 pub mod process;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cache::cache_dir;
 pub use error::EnvError;
+pub use host_order::{HostOrder, host_order};
 pub use hosts::HostsFile;
 pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};
 pub use role_line::{STARTING_ROLE, starting_role_group};
@@ -171,16 +173,6 @@ impl ResourceConfig {
         hosts.sort_by_key(|h| host_order(h));
         hosts
     }
-}
-
-/// Sort key that puts `algo-2` before `algo-10`.
-pub fn host_order(host: &str) -> (u64, String) {
-    let n = host
-        .rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u64::MAX);
-    (n, host.to_owned())
 }
 
 /// One channel of `inputdataconfig.json`, with SageMaker's key names.
