@@ -2,8 +2,9 @@
 
 ``hetgen.Loader`` is an iterable of batches, like a ``torch.utils.data.DataLoader``:
 
-- **remote**: inside a hetgen job (SageMaker, or ``hetgen deploy --local``) it streams from the
-  job's data servers, found in ``resourceconfig.json``, exactly once per epoch, surviving the
+- **remote**: inside a hetgen job (SageMaker, ``hetgen deploy --local``, or Kubeflow Trainer on
+  Kubernetes) it streams from the job's data servers, found in ``resourceconfig.json`` (on
+  Kubernetes, in the pod's ``HETGEN_KUBE_*`` variables), exactly once per epoch, surviving the
   loss of a server;
 - **local**: given a spec (``hetgen.toml``), the same pipeline engine runs in this process on
   Rust threads.

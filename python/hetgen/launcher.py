@@ -5,8 +5,8 @@ so that a job can run on AWS's prebuilt PyTorch training image with nothing buil
 host it serves batches until the trainers are done; on a trainer host it runs the job's script
 under ``torchrun`` across the trainer group's hosts, tells the data hosts when training ends,
 passes SIGTERM on and writes the failure reason where SageMaker reads it. It reads the
-SageMaker environment (``/opt/ml``, or ``SAGEMAKER_BASE_DIR``) and the job file
-(``HETGEN_JOB_FILE``).
+SageMaker environment (``/opt/ml``, or ``SAGEMAKER_BASE_DIR``; on Kubernetes the pod's
+``HETGEN_KUBE_*`` variables) and the job file (``HETGEN_JOB_FILE``).
 
     python -m hetgen train [--job FILE] [-- SCRIPT ARGS...]
     hetgen-launcher train [--job FILE] [-- SCRIPT ARGS...]

@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 
 use crate::errors::{self, ConfigurationError, SpecError};
 
-/// The job's environment when this process runs inside a job (SageMaker, `deploy --local`).
+/// The job's environment when this process runs inside a job (SageMaker, `deploy --local`, or a
+/// Kubernetes pod, which `hetgen_env` recognises by its `HETGEN_KUBE_*` variables).
 pub(crate) fn job_env() -> PyResult<Option<Env>> {
     Env::load_if_present().map_err(|e| errors::to_py(&e))
 }
@@ -22,7 +23,8 @@ pub(crate) fn find(spec: Option<&Path>, env: Option<&Env>) -> PyResult<Job> {
         None if env.is_some() => load_job_file(None),
         None => Err(ConfigurationError::new_err(
             "no job: pass `spec` (a hetgen.toml or job.json), or run inside a hetgen job \
-             (where resourceconfig.json and HETGEN_JOB_FILE describe it)",
+             (where resourceconfig.json, or on Kubernetes the HETGEN_KUBE_* variables, and \
+             HETGEN_JOB_FILE describe it)",
         )),
     }
 }

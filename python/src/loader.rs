@@ -57,7 +57,8 @@ pub struct NativeLoader {
 #[pymethods]
 impl NativeLoader {
     /// Build a loader. Remote when `hosts` are given, or when `mode` is `"remote"`, or, with no
-    /// `mode`, when this process runs inside a job (`resourceconfig.json`) that has data hosts.
+    /// `mode`, when this process runs inside a job (`resourceconfig.json`, or a Kubernetes pod's
+    /// `HETGEN_KUBE_*` variables) that has data hosts.
     /// The job comes from `spec` (a `hetgen.toml` or a `job.json`), else from the job's
     /// `job.json` (`HETGEN_JOB_FILE`).
     #[new]

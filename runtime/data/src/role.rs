@@ -68,7 +68,7 @@ fn bounded(
             _ => Err(VariableError {
                 var,
                 value,
-                expected,
+                expected: expected.into(),
             }
             .into()),
         },

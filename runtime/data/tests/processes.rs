@@ -5,6 +5,7 @@ mod common;
 #[path = "common/peers.rs"]
 mod peers;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -752,4 +753,185 @@ fn a_server_whose_trainers_and_peers_are_gone_stops_without_waiting_for_its_watc
         8,
         "none of the job's other data servers answers",
     );
+}
+
+/// The data host of `data-test` as a Kubernetes pod: the server learns its cluster from the
+/// `HETGEN_KUBE_*` variables (no `resourceconfig.json` under its root), its name and its
+/// trainer host's are the pods' DNS names, which the hosts file maps to loopback addresses.
+/// The server's address and the trainer host's name.
+fn start_as_pod(cluster: &Cluster, extra: &[(&str, &str)]) -> (Child, SocketAddr, &'static str) {
+    const DATA_POD: &str = "data-test-data-group-0-0.data-test";
+    const TRAINER_POD: &str = "data-test-node-0-0.data-test";
+    const GROUPS: &str = r#"[
+        {"name":"data_group","replicated_job":"data-group","count":1,"instance_type":"ml.c5.xlarge"},
+        {"name":"dnn_group","replicated_job":"node","count":1,"instance_type":"ml.m5.xlarge"}]"#;
+    let (data_ip, trainer_ip) = (
+        cluster.address("algo-1").ip(),
+        cluster.address(&cluster.trainer).ip(),
+    );
+    let hosts = cluster.dir.path().join("hosts.txt");
+    let mut text = std::fs::read_to_string(&hosts).unwrap();
+    text.push_str(&format!(
+        "{data_ip} {DATA_POD}\n{trainer_ip} {TRAINER_POD}\n"
+    ));
+    std::fs::write(&hosts, text).unwrap();
+    let vars = [
+        ("HETGEN_KUBE_GROUPS", GROUPS),
+        ("HETGEN_KUBE_GROUP", "data_group"),
+        ("HETGEN_KUBE_JOBSET", "data-test"),
+        ("HETGEN_KUBE_INDEX", "0"),
+    ];
+    let pod_root = cluster.dir.path().join("pod");
+    assert!(!pod_root.join("input/config/resourceconfig.json").exists());
+    let child = cluster
+        .command("pod", &[&vars[..], extra].concat())
+        .spawn()
+        .unwrap();
+    (child, SocketAddr::new(data_ip, cluster.port), TRAINER_POD)
+}
+
+fn health_check(service: &str) -> tonic_health::pb::HealthCheckRequest {
+    tonic_health::pb::HealthCheckRequest {
+        service: service.to_owned(),
+    }
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+#[test]
+fn a_readiness_probe_needs_no_token_and_sees_the_server_stop() {
+    use hetgen_data::proto::HeartbeatRequest;
+    use hetgen_data::proto::data_service_client::DataServiceClient;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let cluster = Cluster::new(1);
+    let (child, address, trainer) = start_as_pod(&cluster, &[]);
+    let mut children = Reaper(vec![child]);
+    drop(when_listening(address));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let channel = runtime.block_on(async {
+        tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    });
+    let mut health = HealthClient::new(channel.clone());
+    // What kubelet's probe asks (no service name), and the data service by name: no token.
+    for service in ["", "hetgen.data.v1.DataService"] {
+        let answer = runtime
+            .block_on(health.check(health_check(service)))
+            .unwrap_or_else(|e| panic!("`{service}`: {e}"));
+        assert_eq!(answer.into_inner().status, SERVING, "`{service}`");
+    }
+    let unknown = runtime
+        .block_on(health.check(health_check("no.such.Service")))
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    // Every call of the data service still needs the token, on the probe's own connection too.
+    let refused = runtime
+        .block_on(DataServiceClient::new(channel.clone()).heartbeat(HeartbeatRequest::default()))
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+
+    // A watcher sees SERVING, then NOT_SERVING once the job's trainer host has finished.
+    let mut watch = runtime
+        .block_on(health.watch(health_check("")))
+        .unwrap()
+        .into_inner();
+    let first = runtime.block_on(watch.message()).unwrap().unwrap();
+    assert_eq!(first.status, SERVING);
+    let job = job();
+    let mut config = client_config();
+    config.trainer_id = format!("{trainer}/rank-0");
+    let client = Client::connect(
+        &[(
+            "data-test-data-group-0-0.data-test".to_owned(),
+            cluster.port,
+        )],
+        job.pipeline.output_shape,
+        config,
+    )
+    .unwrap();
+    // The server knows the pod names of its trainer hosts: this one's word ends the job.
+    assert!(client.finished(trainer, false, "done").is_empty());
+    let next = runtime.block_on(watch.message()).unwrap().unwrap();
+    assert_eq!(next.status, NOT_SERVING);
+    exits_saying(&mut children.0[0], 5, "shutdown requested by a trainer");
+}
+
+/// A raw HTTP/2 connection to `address` that has made one health check without the token:
+/// its handle, which keeps it open, and its driver, which ends when the server closes it.
+async fn probed(
+    address: SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<()>,
+) {
+    let socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (send, connection) = h2::client::handshake(socket).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut send = send.ready().await.unwrap();
+    let handle = send.clone();
+    let request = http::Request::post(format!("http://{address}/grpc.health.v1.Health/Check"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = send.send_request(request, false).unwrap();
+    // One uncompressed message: the empty HealthCheckRequest (the whole server).
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut message = Vec::new();
+    while let Some(chunk) = body.data().await {
+        message.extend_from_slice(&chunk.unwrap());
+    }
+    let trailers = body.trailers().await.unwrap().unwrap();
+    assert_eq!(trailers["grpc-status"], "0");
+    // A frame holding `status: SERVING` (field 1, varint 1).
+    assert_eq!(message, [0, 0, 0, 0, 2, 8, 1]);
+    (handle, driver)
+}
+
+#[test]
+fn probe_connections_are_guests_and_give_way_to_each_other() {
+    let cluster = Cluster::new(1);
+    // Eight connections: a guest cap of one.
+    let (child, address, _) = start_as_pod(&cluster, &[("HETGEN_DATA_MAX_CONNECTIONS", "8")]);
+    let _children = Reaper(vec![child]);
+    drop(when_listening(address));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let (_keep_first, first) = probed(address).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !first.is_finished(),
+            "an open probe connection is not closed at once"
+        );
+        // The second probe takes the first one's place: a probe vouches for nothing, so probes
+        // are held to the guests' cap and cannot crowd trainers out.
+        let (_keep_second, second) = probed(address).await;
+        let opened = Instant::now();
+        tokio::time::timeout(Duration::from_secs(3), first)
+            .await
+            .expect("the first probe's connection is closed")
+            .unwrap();
+        // And a probe's connection is closed by the guest deadline.
+        tokio::time::timeout(Duration::from_secs(8), second)
+            .await
+            .expect("closed within the guest deadline")
+            .unwrap();
+        // By the guest deadline (5 s), not by anything quicker.
+        assert!(
+            opened.elapsed() > Duration::from_secs(4),
+            "{:?}",
+            opened.elapsed()
+        );
+    });
 }

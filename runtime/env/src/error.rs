@@ -1,6 +1,9 @@
+use std::borrow::Cow;
 use std::path::PathBuf;
 
-/// Why the environment could not be read. Every variant names the file.
+use crate::VariableError;
+
+/// Why the environment could not be read. Every variant names the file or the variable.
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// A file could not be read (missing, permissions).
@@ -31,4 +34,15 @@ pub enum EnvError {
         /// What is wrong.
         message: String,
     },
+    /// A variable the environment needs (a Kubernetes pod's `HETGEN_KUBE_*`) is not set.
+    #[error("{var} is not set: it should be {expected}")]
+    Unset {
+        /// The variable.
+        var: &'static str,
+        /// What it should be.
+        expected: Cow<'static, str>,
+    },
+    /// A variable the environment needs has a value that cannot be used.
+    #[error(transparent)]
+    Variable(#[from] VariableError),
 }

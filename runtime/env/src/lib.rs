@@ -9,6 +9,10 @@
 //! Nothing here assumes which `algo-N` belongs to which group: SageMaker hands names out across
 //! groups in any order, so groups are looked up by name from `resourceconfig.json`.
 //!
+//! A pod of a job rendered for Kubeflow Trainer has no `resourceconfig.json`: when
+//! `HETGEN_KUBE_GROUPS` is set, the same [`Env`] is built from the `HETGEN_KUBE_*` variables
+//! the rendered objects set (`kube`), its hosts the pods' stable DNS names.
+//!
 //! [`process`] keeps the container's other promise outside a container: a host's processes end
 //! with it (process groups, the death signal, signal names), for the launcher's `torchrun` and
 //! the hosts of `hetgen deploy --local` alike. [`cache_dir`] is hetgen's cache folder on the
@@ -16,13 +20,16 @@
 
 mod cache;
 mod error;
+mod host_order;
 mod hosts;
 mod job_file;
+mod kube;
 pub mod process;
 mod role_line;
 mod summary;
 mod token;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cache::cache_dir;
 pub use error::EnvError;
+pub use host_order::{HostOrder, host_order};
 pub use hosts::HostsFile;
 pub use job_file::{DEFAULT_JOB_FILE, JOB_FILE_NAME, JobFile, load_job};
 pub use role_line::{STARTING_ROLE, starting_role_group};
@@ -74,8 +82,8 @@ pub struct VariableError {
     pub var: &'static str,
     /// Its value.
     pub value: String,
-    /// What it should be.
-    pub expected: &'static str,
+    /// What it should be (some messages name what the job holds, such as its groups' names).
+    pub expected: Cow<'static, str>,
 }
 
 /// A TCP port from the variable `var` (blanks around it ignored), or `default` when it is unset;
@@ -87,7 +95,7 @@ pub fn port_from_env(var: &'static str, default: u16) -> Result<u16, VariableErr
             _ => Err(VariableError {
                 var,
                 value,
-                expected: "a TCP port number from 1 to 65535",
+                expected: "a TCP port number from 1 to 65535".into(),
             }),
         },
         Err(_) => Ok(default),
@@ -171,16 +179,6 @@ impl ResourceConfig {
         hosts.sort_by_key(|h| host_order(h));
         hosts
     }
-}
-
-/// Sort key that puts `algo-2` before `algo-10`.
-pub fn host_order(host: &str) -> (u64, String) {
-    let n = host
-        .rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u64::MAX);
-    (n, host.to_owned())
 }
 
 /// One channel of `inputdataconfig.json`, with SageMaker's key names.
@@ -288,26 +286,45 @@ pub struct Env {
 }
 
 impl Env {
-    /// Read the environment of the current process.
+    /// Read the environment of the current process: a Kubernetes pod's from its variables
+    /// when `HETGEN_KUBE_GROUPS` is set, else SageMaker's files.
     pub fn load() -> Result<Env, EnvError> {
         Env::load_from(&base_dir(), |name| std::env::var(name).ok())
     }
 
-    /// [`Env::load`] inside a job; `Ok(None)` outside one (no `resourceconfig.json` under the
-    /// root), for code that also runs on a workstation.
+    /// [`Env::load`] inside a job; `Ok(None)` outside one (neither `HETGEN_KUBE_GROUPS` set nor
+    /// `resourceconfig.json` under the root), for code that also runs on a workstation.
     pub fn load_if_present() -> Result<Option<Env>, EnvError> {
-        let paths = Paths { base: base_dir() };
-        if !paths.resource_config().exists() {
+        Env::load_if_present_from(&base_dir(), |name| std::env::var(name).ok())
+    }
+
+    /// [`Env::load_if_present`] rooted at `base`, with `var` standing for the process
+    /// environment.
+    fn load_if_present_from(
+        base: &Path,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Env>, EnvError> {
+        let paths = Paths {
+            base: base.to_owned(),
+        };
+        if !kube::is_pod(&var) && !paths.resource_config().exists() {
             return Ok(None);
         }
-        Env::load_from(&paths.base, |name| std::env::var(name).ok()).map(Some)
+        Env::load_from(base, var).map(Some)
     }
 
     /// Read the environment rooted at `base`, with `var` standing for the process environment.
+    ///
+    /// On Kubernetes (`HETGEN_KUBE_GROUPS` set) the cluster comes from the `HETGEN_KUBE_*`
+    /// variables and the files under `input/config` are not read (Kubeflow Trainer writes
+    /// none; one left in the image must not describe another cluster): see the module `kube`.
     pub fn load_from(base: &Path, var: impl Fn(&str) -> Option<String>) -> Result<Env, EnvError> {
         let paths = Paths {
             base: base.to_owned(),
         };
+        if kube::is_pod(&var) {
+            return kube::load(paths, &var);
+        }
         let resources: ResourceConfig =
             read_json(&paths.resource_config(), true)?.expect("required files are present");
         if !resources.hosts.contains(&resources.current_host) {

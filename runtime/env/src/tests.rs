@@ -126,13 +126,6 @@ fn hosts_file_lookup_and_errors() {
 }
 
 #[test]
-fn hosts_sort_numerically() {
-    let mut hosts = vec!["algo-10", "algo-2", "algo-1"];
-    hosts.sort_by_key(|h| host_order(h));
-    assert_eq!(hosts, ["algo-1", "algo-2", "algo-10"]);
-}
-
-#[test]
 fn a_summary_reads_back_exactly() {
     // serde_json's default float parser may miss the last bit (this value came back as
     // 42985.18583232157): the workspace enables `float_roundtrip`, so what one process writes

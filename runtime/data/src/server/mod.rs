@@ -41,10 +41,14 @@
 //! stream holds at most ~154 MB, and all streams together at most the budget.
 //!
 //! Every refusal is a `refusal::Refusal`, mapped to its gRPC status in one place.
+//!
+//! The port also serves the standard `grpc.health.v1.Health` service, without the token, for
+//! readiness probes (`health`).
 
 mod budget;
 mod config;
 mod connections;
+mod health;
 mod log_id;
 mod refusal;
 mod service;
@@ -144,6 +148,8 @@ pub async fn serve(
     let connections = Connections::new(shared.config.max_connections, shared.config.idle_timeout);
     let incoming = connections::incoming(listener, connections);
     let per_connection = shared.config.max_streams_per_trainer as u32 + UNARY_PER_CONNECTION;
+    // Outside the token check: a readiness probe carries no token (see `health`).
+    let health = health::service(stop_rx.clone()).await;
     let mut stopped = stop_rx.clone();
     let server = tonic::transport::Server::builder()
         .initial_stream_window_size(RECEIVE_STREAM_WINDOW)
@@ -152,6 +158,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE))
         .add_service(service)
+        .add_service(health)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(Option::is_some).await;
         });
