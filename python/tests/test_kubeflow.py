@@ -73,9 +73,13 @@ def test_the_pytorch_example_s_kubeflow_pods_train_every_sample_once_per_epoch(t
         assert host["exit_code"] == 0 and host["signal"] is None, host
     data_log = Path(next(h for h in hosts if h["group"] == "data_group")["log"])
     assert "data server stopped" in data_log.read_text()
-    # Each trainer pod learned its rank and its peers the Kubernetes way.
-    node_1 = Path(next(h for h in hosts if h["name"] == "digits-node-0-1")["log"])
-    assert "digits-node-0-0.digits" in node_1.read_text()
+    # The second trainer pod took its rank and its master from Trainer's PET_* variables
+    # (PET_MASTER_ADDR, the first node pod's DNS name, resolved to its address).
+    node_0, node_1 = (
+        next(h for h in hosts if h["name"] == f"digits-node-0-{i}") for i in (0, 1)
+    )
+    started = Path(node_1["log"]).read_text()
+    assert f"node_rank=1 processes=1 master={node_0['address']}:29500" in started, started
     assert_learned_once_per_epoch(root, audit_file)
 
 

@@ -381,6 +381,11 @@ fn torchrun(
             command.env(var, value);
         }
     }
+    for (var, value) in folder_environment(env) {
+        if std::env::var_os(&var).is_none() {
+            command.env(var, value);
+        }
+    }
     // Its own process group, which SIGTERM is passed to (torchrun then stops its workers); and
     // should the launcher die without passing anything on, torchrun dies with it.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -514,6 +519,25 @@ fn collective_environment(env: &Env) -> Vec<(&'static str, String)> {
     vars
 }
 
+/// The folders a script finds through the training toolkit's variables: every channel this
+/// host receives (`SM_CHANNEL_<NAME>`), the model and the output data folder. Where the
+/// toolkit runs (AWS's image) it has set them already; on hetgen's own image on SageMaker, and
+/// in a Kubernetes pod, nothing else would, and a script written for SageMaker reads them.
+fn folder_environment(env: &Env) -> Vec<(String, String)> {
+    let path = |p: &Path| p.display().to_string();
+    let mut vars: Vec<(String, String)> = env
+        .channel_dirs
+        .iter()
+        .map(|(name, dir)| (hetgen_env::channel_var(name), path(dir)))
+        .collect();
+    vars.push(("SM_MODEL_DIR".to_owned(), path(&env.paths.model_dir())));
+    vars.push((
+        "SM_OUTPUT_DATA_DIR".to_owned(),
+        path(&env.paths.output_data_dir()),
+    ));
+    vars
+}
+
 /// This host finished: every data server is told (best effort; a server not told exits by its
 /// watchdog).
 fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience: Duration) {
@@ -622,6 +646,22 @@ torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
             .into_iter()
             .map(|(name, value)| format!("{name}={value}"))
             .collect()
+    }
+
+    #[test]
+    fn torchrun_gets_the_toolkit_s_folders() {
+        let mut env = env("ml.m5.xlarge", "eth0");
+        env.channel_dirs
+            .insert("test".to_owned(), PathBuf::from("/opt/ml/input/data/test"));
+        assert_eq!(
+            folder_environment(&env),
+            [
+                ("SM_CHANNEL_TEST", "/opt/ml/input/data/test"),
+                ("SM_MODEL_DIR", "/opt/ml/model"),
+                ("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
     }
 
     #[test]
