@@ -21,11 +21,7 @@ pub(crate) fn trainer(kind: &str, plural: &str) -> ApiResource {
 }
 
 pub(crate) fn train_jobs(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &trainer("TrainJob", "trainjobs"),
-    )
+    Api::namespaced_with(client.clone(), namespace, &trainer("TrainJob", "trainjobs"))
 }
 
 pub(crate) fn runtimes(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {

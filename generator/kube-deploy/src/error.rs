@@ -49,7 +49,9 @@ pub enum KubeError {
     #[error("cannot reach the Kubernetes API server to {verb} {what}: {why}")]
     #[diagnostic(
         code("hetgen::kube::unreachable"),
-        help("check the cluster's address in the kubeconfig and that it is up (`kubectl cluster-info`)")
+        help(
+            "check the cluster's address in the kubeconfig and that it is up (`kubectl cluster-info`)"
+        )
     )]
     Unreachable {
         verb: &'static str,
@@ -78,7 +80,9 @@ pub enum KubeError {
     #[error("{kind} `{name}` not found in namespace `{namespace}`")]
     #[diagnostic(
         code("hetgen::kube::not-found"),
-        help("check the name and the namespace (`--namespace`); `kubectl get trainjobs -A` lists them")
+        help(
+            "check the name and the namespace (`--namespace`); `kubectl get trainjobs -A` lists them"
+        )
     )]
     NotFound {
         kind: &'static str,
@@ -89,7 +93,9 @@ pub enum KubeError {
     #[error("the API server did not accept the credentials to {verb} {what}: {message}")]
     #[diagnostic(
         code("hetgen::kube::unauthorized"),
-        help("log in to the cluster again (an expired token is the usual cause), or check `--context`")
+        help(
+            "log in to the cluster again (an expired token is the usual cause), or check `--context`"
+        )
     )]
     Unauthorized {
         verb: &'static str,
@@ -110,7 +116,10 @@ pub enum KubeError {
         message: String,
     },
     /// The API server refused the object itself (422 Invalid, 409 Conflict, 400 BadRequest).
-    #[error("the API server refused to {verb} {what}: {message}{}", causes_text(causes))]
+    #[error(
+        "the API server refused to {verb} {what}: {message}{}",
+        causes_text(causes)
+    )]
     #[diagnostic(
         code("hetgen::kube::refused"),
         help(

@@ -61,7 +61,11 @@ impl Outcome {
             (true, _) => message.clone(),
         };
         if let Some(pod) = first_failed {
-            let group = pod.group.as_deref().map(|g| format!(" {g}")).unwrap_or_default();
+            let group = pod
+                .group
+                .as_deref()
+                .map(|g| format!(" {g}"))
+                .unwrap_or_default();
             let how = pod.ended.as_deref().unwrap_or("failed");
             text.push_str(&format!(
                 " (first to fail: [{}{group}] pod `{}`, {how})",

@@ -28,5 +28,5 @@ pub use deploy::{DeployOptions, Deployed, Stopped, deploy, stop};
 pub use error::KubeError;
 pub use follow::{Follow, Outcome, Watcher};
 pub use objects::{GROUP_LABEL, Groups, KUBEFLOW_DIR, RUNTIME_FILE, Rendered, TRAIN_JOB_FILE};
-pub use pods::{JobPods, Poll, PodLine, PodState};
+pub use pods::{JobPods, PodLine, PodState, Poll};
 pub use status::{Condition, Phase, TrainJobState, condition, groups, state};

@@ -131,7 +131,9 @@ impl Groups {
 
     /// The group of `replicated_job`, if the runtime labelled it.
     pub fn of(&self, replicated_job: &str) -> Option<&str> {
-        self.by_replicated_job.get(replicated_job).map(String::as_str)
+        self.by_replicated_job
+            .get(replicated_job)
+            .map(String::as_str)
     }
 
     /// Each replicatedJob and its group.

@@ -109,7 +109,8 @@ impl JobPods {
             }
             poll.pods.push(state);
         }
-        poll.pods.sort_by(|a, b| (&a.host, &a.pod).cmp(&(&b.host, &b.pod)));
+        poll.pods
+            .sort_by(|a, b| (&a.host, &a.pod).cmp(&(&b.host, &b.pod)));
         // Stable: equal times keep each pod's own order.
         poll.lines.sort_by_key(|l| l.time_ms);
         Ok(poll)
@@ -152,7 +153,11 @@ impl JobPods {
             .and_then(|c| c.state.as_ref())
             .and_then(|s| s.terminated.as_ref());
         let ended = terminated.map(|t| {
-            let reason = t.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+            let reason = t
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
             let message = t
                 .message
                 .as_deref()
@@ -230,7 +235,9 @@ impl JobPods {
                 message: message.trim_end_matches('\r').to_owned(),
             });
         }
-        cursor.last = newest(&text).filter(|(t, _)| cursor.last.is_none_or(|(l, _)| *t >= l)).or(cursor.last);
+        cursor.last = newest(&text)
+            .filter(|(t, _)| cursor.last.is_none_or(|(l, _)| *t >= l))
+            .or(cursor.last);
         Ok(lines)
     }
 }

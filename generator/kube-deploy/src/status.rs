@@ -160,10 +160,7 @@ mod tests {
     #[test]
     fn the_phase_follows_the_true_conditions() {
         assert_eq!(phase(&[]), Phase::Running);
-        assert_eq!(
-            phase(&[c("Suspended", "False", "Resumed")]),
-            Phase::Running
-        );
+        assert_eq!(phase(&[c("Suspended", "False", "Resumed")]), Phase::Running);
         assert_eq!(
             phase(&[c("Suspended", "True", "Suspended")]),
             Phase::Suspended {
