@@ -12,6 +12,7 @@
 //! from its replicatedJob ([`Groups`]).
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use hetgen_spec::kube::{JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL};
 use k8s_openapi::api::core::v1::Pod;
@@ -80,13 +81,13 @@ pub struct Poll {
 
 impl JobPods {
     /// Follows the pods of TrainJob `job` (in the cluster's namespace), their groups from
-    /// `groups`, from their start or from `since`.
-    pub fn new(cluster: &Cluster, job: &str, groups: Groups, since: Option<Timestamp>) -> JobPods {
+    /// `groups`, from their start or from `since` (`--since`).
+    pub fn new(cluster: &Cluster, job: &str, groups: Groups, since: Option<SystemTime>) -> JobPods {
         JobPods {
             cluster: cluster.clone(),
             job: job.to_owned(),
             groups,
-            since,
+            since: since.and_then(|t| Timestamp::try_from(t).ok()),
             cursors: BTreeMap::new(),
         }
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::value;
-use super::{AwsArgs, WheelArgs};
+use super::{AwsArgs, Engine, KubeArgs, WheelArgs};
 
 #[derive(Debug, Args)]
 pub struct DeployArgs {
@@ -16,6 +16,9 @@ pub struct DeployArgs {
     /// Folder `hetgen render` wrote to
     #[arg(long, default_value = "build")]
     pub out: PathBuf,
+    /// Where to run the job
+    #[arg(long, value_enum, default_value_t = Engine::Sagemaker)]
+    pub engine: Engine,
     /// Use this TrainingJobName as it is, without a unique suffix
     #[arg(long)]
     pub name: Option<String>,
@@ -43,6 +46,8 @@ pub struct DeployArgs {
     pub wheel: WheelArgs,
     #[command(flatten)]
     pub aws: AwsArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     #[command(flatten)]
     pub local: LocalArgs,
 }
