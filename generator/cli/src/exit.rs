@@ -10,6 +10,8 @@ use hetgen_spec::Report;
 pub mod code {
     /// The command failed.
     pub const FAILURE: u8 = 1;
+    /// The command line is wrong.
+    pub const USAGE: u8 = 2;
     /// The spec is invalid (EX_DATAERR).
     pub const INVALID_SPEC: u8 = 65;
     /// AWS or environment configuration is missing or wrong (EX_CONFIG).
@@ -114,6 +116,29 @@ pub enum Failure {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Deploy(#[from] hetgen_deploy::DeployError),
+    /// A call to a Kubernetes cluster failed.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Kube(#[from] hetgen_kube_deploy::KubeError),
+    /// A TrainJob ended Failed.
+    #[error("TrainJob `{name}` failed{}", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    #[diagnostic(
+        code("hetgen::kube::job-failed"),
+        help(
+            "every pod's output: `hetgen logs --engine kubeflow {name}`; its events: `kubectl describe trainjob {name}`"
+        )
+    )]
+    TrainJobFailed {
+        name: String,
+        reason: Option<String>,
+    },
+    /// A flag that `--engine kubeflow` has no meaning for.
+    #[error("`{flag}` does not apply to `--engine kubeflow`")]
+    #[diagnostic(code("hetgen::kube::flag"), help("{hint}"))]
+    NotForKubeflow {
+        flag: &'static str,
+        hint: &'static str,
+    },
     /// The spec cannot be deployed to SageMaker.
     #[error("`{}` has no `[sagemaker]` section", spec.display())]
     #[diagnostic(
@@ -212,6 +237,8 @@ impl Failure {
         ExitCode::from(match self {
             Failure::InvalidSpec(_) | Failure::NoSageMaker { .. } => code::INVALID_SPEC,
             Failure::Deploy(e) if e.is_configuration() => code::CONFIG,
+            Failure::Kube(e) if e.is_configuration() => code::CONFIG,
+            Failure::NotForKubeflow { .. } => code::USAGE,
             // What this machine lacks (cargo, torchrun, AWS's training toolkit), not the job.
             Failure::Local(e) if e.is_environment() => code::CONFIG,
             _ => code::FAILURE,

@@ -20,9 +20,15 @@ fn main() -> ExitCode {
         cli::Command::New(args) => commands::new::run(&args),
         cli::Command::Schema => commands::schema::run(),
         cli::Command::Deploy(args) if args.local.local => commands::local::run(&args),
+        cli::Command::Deploy(args) if args.engine == cli::Engine::Kubeflow => {
+            commands::kubeflow::deploy(&args)
+        }
         cli::Command::Deploy(args) => commands::deploy::run(&args),
         cli::Command::Bundle(args) => commands::bundle::run(&args),
         cli::Command::Status(args) => commands::jobs::status(&args),
+        cli::Command::Stop(args) if args.engine == cli::Engine::Kubeflow => {
+            commands::kubeflow::stop(&args)
+        }
         cli::Command::Stop(args) => commands::jobs::stop(&args),
         cli::Command::List(args) => commands::jobs::list(&args),
         cli::Command::Logs(args) => commands::logs::run(&args),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::value;
-use super::{AwsArgs, Engine, WheelArgs};
+use super::{AwsArgs, Engine, KubeArgs, WheelArgs};
 
 #[derive(Debug, Args)]
 pub struct DeployArgs {
@@ -19,7 +19,7 @@ pub struct DeployArgs {
     /// Where the job runs: on SageMaker (the spec's `[sagemaker]`) or as a Kubeflow Trainer
     /// job on Kubernetes (`[kubernetes]`, rendered under OUT/<job>/kubeflow/); with --local,
     /// which rendering runs here
-    #[arg(long, value_enum, default_value = "sagemaker")]
+    #[arg(long, value_enum, default_value_t = Engine::Sagemaker)]
     pub engine: Engine,
     /// Use this TrainingJobName as it is, without a unique suffix
     #[arg(long)]
@@ -48,6 +48,8 @@ pub struct DeployArgs {
     pub wheel: WheelArgs,
     #[command(flatten)]
     pub aws: AwsArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     #[command(flatten)]
     pub local: LocalArgs,
 }

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use super::value;
-use super::{AwsArgs, Format};
+use super::{AwsArgs, Engine, Format, KubeArgs};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -18,10 +18,15 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct StopArgs {
-    /// The training job's name
+    /// The training job's name (with --engine kubeflow, the TrainJob's)
     pub job: String,
+    /// Where the job runs
+    #[arg(long, value_enum, default_value_t = Engine::Sagemaker)]
+    pub engine: Engine,
     #[command(flatten)]
     pub aws: AwsArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::value;
-use super::{AwsArgs, Format};
+use super::{AwsArgs, Engine, Format, KubeArgs};
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
@@ -24,6 +24,9 @@ pub struct LogsArgs {
     /// Only lines from this long ago (`10m`, `2h`) or since this time (RFC 3339, UTC)
     #[arg(long, value_name = "AGE|TIME", value_parser = value::since)]
     pub since: Option<std::time::SystemTime>,
+    /// Where the job runs (a local run's folder is found whatever this says)
+    #[arg(long, value_enum, default_value_t = Engine::Sagemaker)]
+    pub engine: Engine,
     /// Output format: `json` is one object per line
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
@@ -36,4 +39,6 @@ pub struct LogsArgs {
     pub poll_interval: Duration,
     #[command(flatten)]
     pub aws: AwsArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }

@@ -9,7 +9,7 @@ use hetgen_deploy::logs::JobLogs;
 use hetgen_local::RunDir;
 use hetgen_local::joblog::LogReader;
 
-use crate::cli::LogsArgs;
+use crate::cli::{Engine, LogsArgs};
 use crate::exit::Failure;
 use crate::follow::{Ended, Follow, interrupted_note, read_into, width_of};
 use crate::view::{Filter, LogView, Target, label_width};
@@ -26,6 +26,7 @@ pub fn run(args: &LogsArgs) -> Result<ExitCode, Failure> {
     // SageMaker job.
     match RunDir::find(&args.job, &args.out) {
         Some(run) => local(args, &run, filter),
+        None if args.engine == Engine::Kubeflow => super::kubeflow::logs(args),
         None => remote(args, filter),
     }
 }

@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod completions;
 pub mod deploy;
 pub mod jobs;
+pub mod kubeflow;
 pub mod local;
 pub mod logs;
 pub mod new;

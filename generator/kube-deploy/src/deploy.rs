@@ -1,0 +1,220 @@
+//! Deploying a rendered job, and stopping it.
+//!
+//! Deploy, in order: make sure no TrainJob of the name exists (which also finds a cluster
+//! without Trainer before anything is written), apply the token Secret, the TrainingRuntime and
+//! the TrainJob with server-side apply, then make the TrainJob the Secret's owner, so that
+//! deleting the TrainJob any way (`hetgen stop`, `kubectl delete`) deletes the token with it.
+//! The Secret comes first because the pods read it as they start: a pod whose Secret is
+//! missing waits in `CreateContainerConfigError` until the kubelet's next try.
+
+use std::collections::BTreeMap;
+
+use hetgen_spec::kube::{TOKEN_KEY, TRAINER_API_VERSION, token_secret};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{DeleteParams, Patch, PatchParams, ValidationDirective};
+use serde_json::json;
+
+use crate::api::{self, FIELD_MANAGER};
+use crate::{Cluster, KubeError, Rendered};
+
+/// The label on what hetgen created (`app.kubernetes.io/managed-by`, the rendered objects'
+/// too).
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "hetgen");
+
+/// What a deploy needs besides the objects.
+#[derive(Debug, Clone)]
+pub struct DeployOptions {
+    /// The job token the pods read from the Secret: fresh per deploy (`hetgen_env::job_token`),
+    /// never rendered.
+    pub token: String,
+}
+
+/// A deployed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deployed {
+    pub namespace: String,
+    /// The TrainJob's name.
+    pub name: String,
+    /// The TrainJob's uid, as the API server assigned it.
+    pub uid: String,
+}
+
+/// Deploys `rendered` (moved to `--namespace` if the cluster's connection names one).
+pub async fn deploy(
+    cluster: &Cluster,
+    rendered: &Rendered,
+    options: &DeployOptions,
+) -> Result<Deployed, KubeError> {
+    let namespace = cluster.namespace(Some(rendered.namespace())).to_owned();
+    let rendered = rendered.clone().in_namespace(&namespace);
+    let name = rendered.name().to_owned();
+    let client = &cluster.client;
+
+    let jobs = api::train_jobs(client, &namespace);
+    let job_target = api::train_job(&namespace, &name);
+    match jobs.get(&name).await {
+        Ok(_) => {
+            return Err(KubeError::Exists {
+                namespace,
+                name: name.clone(),
+            });
+        }
+        Err(e) if job_target.is_not_found(&e) => {}
+        Err(e) => return Err(job_target.error("look up", e)),
+    }
+
+    let secret_name = token_secret(&name);
+    let secret_target = api::secret(&namespace, &secret_name);
+    let secrets = api::secrets(client, &namespace);
+    // Forced: a Secret of this name left by an earlier deploy whose TrainJob is gone is stale,
+    // and its token must be replaced whoever wrote it.
+    let secret = token_secret_object(&namespace, &secret_name, &options.token);
+    secrets
+        .patch(&secret_name, &apply().force(), &Patch::Apply(&secret))
+        .await
+        .map_err(|e| secret_target.error("apply", e))?;
+
+    let applied = apply_trainer_objects(cluster, &rendered, &namespace).await;
+    let uid = match applied {
+        Ok(uid) => uid,
+        Err(e) => {
+            // Nothing runs without the TrainJob: the token goes too. A failure to delete it is
+            // not the error to report; the next deploy replaces it anyway.
+            let _ = secrets.delete(&secret_name, &DeleteParams::default()).await;
+            return Err(e);
+        }
+    };
+
+    let owner = json!({
+        "metadata": {
+            "ownerReferences": [OwnerReference {
+                api_version: TRAINER_API_VERSION.to_owned(),
+                kind: "TrainJob".to_owned(),
+                name: name.clone(),
+                uid: uid.clone(),
+                // Not `blockOwnerDeletion`: setting it needs update rights on the TrainJob's
+                // finalizers, which a user who may create TrainJobs need not have.
+                ..OwnerReference::default()
+            }]
+        }
+    });
+    secrets
+        .patch(
+            &secret_name,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&owner),
+        )
+        .await
+        .map_err(|e| secret_target.error("set the owner of", e))?;
+
+    Ok(Deployed {
+        namespace,
+        name,
+        uid,
+    })
+}
+
+/// Applies the TrainingRuntime, then the TrainJob that names it; the TrainJob's uid.
+async fn apply_trainer_objects(
+    cluster: &Cluster,
+    rendered: &Rendered,
+    namespace: &str,
+) -> Result<String, KubeError> {
+    let client = &cluster.client;
+    let runtime_name = rendered.runtime_name();
+    api::runtimes(client, namespace)
+        .patch(runtime_name, &apply(), &Patch::Apply(rendered.runtime()))
+        .await
+        .map_err(|e| api::runtime(namespace, runtime_name).error("apply", e))?;
+    let name = rendered.name();
+    let job = api::train_jobs(client, namespace)
+        .patch(name, &apply(), &Patch::Apply(rendered.train_job()))
+        .await
+        .map_err(|e| api::train_job(namespace, name).error("apply", e))?;
+    job.metadata.uid.ok_or_else(|| KubeError::Api {
+        verb: "apply",
+        what: api::train_job(namespace, name).what(),
+        message: "the API server returned it without a `metadata.uid`".to_owned(),
+    })
+}
+
+/// Server-side apply as hetgen, unforced: a field another manager owns is a conflict to
+/// report, not to take over. Strict: a field the installed Trainer does not know is an error,
+/// not silently dropped (a render for another Trainer release).
+fn apply() -> PatchParams {
+    let mut params = PatchParams::apply(FIELD_MANAGER);
+    params.field_validation = Some(ValidationDirective::Strict);
+    params
+}
+
+/// The token Secret as applied: hetgen's label, the token under [`TOKEN_KEY`].
+fn token_secret_object(namespace: &str, name: &str, token: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY.0.to_owned(),
+                MANAGED_BY.1.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([(
+            TOKEN_KEY.to_owned(),
+            ByteString(token.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+/// What [`stop`] deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// The TrainJob was there and is being deleted (its pods get SIGTERM and their grace
+    /// period).
+    pub train_job: bool,
+    /// The token Secret was still there and was deleted (a foreground delete of its owner may
+    /// have taken it first).
+    pub secret: bool,
+}
+
+/// Deletes the TrainJob `name` (foreground: the API server keeps it, marked for deletion,
+/// until its JobSet and pods are gone) and its token Secret. The TrainingRuntime stays: it is
+/// the rendered template, applied again by the next deploy.
+pub async fn stop(cluster: &Cluster, name: &str) -> Result<Stopped, KubeError> {
+    let namespace = cluster.namespace(None);
+    let client = &cluster.client;
+    let target = api::train_job(namespace, name);
+    let train_job = match api::train_jobs(client, namespace)
+        .delete(name, &DeleteParams::foreground())
+        .await
+    {
+        Ok(_) => true,
+        Err(e) if target.is_not_found(&e) => false,
+        Err(e) => return Err(target.error("delete", e)),
+    };
+    let secret_name = token_secret(name);
+    let secret_target = api::secret(namespace, &secret_name);
+    let secret = match api::secrets(client, namespace)
+        .delete(&secret_name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => true,
+        Err(e) if secret_target.is_not_found(&e) => false,
+        Err(e) => return Err(secret_target.error("delete", e)),
+    };
+    if !train_job && !secret {
+        return Err(KubeError::NotFound {
+            kind: "TrainJob",
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
+    }
+    Ok(Stopped { train_job, secret })
+}

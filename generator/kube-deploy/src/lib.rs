@@ -1,0 +1,32 @@
+//! A hetgen job on Kubernetes, deployed and followed: the Kubeflow Trainer objects
+//! `hetgen render` wrote, sent to a cluster with kube-rs.
+//!
+//! - [`Rendered`] reads the TrainingRuntime and TrainJob back from `build/<job>/kubeflow/`,
+//!   and [`Groups`] says which instance group each of their replicatedJobs is.
+//! - [`Cluster::connect`] finds the cluster as `kubectl` does ([`Connection`]).
+//! - [`deploy`] writes the job's token Secret and server-side applies the two objects;
+//!   [`stop`] deletes the TrainJob (its pods with it) and the Secret.
+//! - [`TrainJobState`] is a TrainJob's [`Phase`], from Trainer's conditions; [`JobPods`] reads
+//!   every pod's lines, each once, labelled with its host and group; [`Follow`] polls both
+//!   until the job ends and hands what it sees to a [`Watcher`].
+//!
+//! Every refusal of the API server becomes a [`KubeError`] that names the object. This crate
+//! prints nothing: the command line shows what it returns.
+
+mod api;
+mod connect;
+mod deploy;
+mod error;
+mod follow;
+mod objects;
+mod pods;
+mod status;
+
+pub use api::FIELD_MANAGER;
+pub use connect::{Cluster, Connection};
+pub use deploy::{DeployOptions, Deployed, Stopped, deploy, stop};
+pub use error::KubeError;
+pub use follow::{Follow, Outcome, Watcher};
+pub use objects::{GROUP_LABEL, Groups, KUBEFLOW_DIR, RUNTIME_FILE, Rendered, TRAIN_JOB_FILE};
+pub use pods::{JobPods, PodLine, PodState, Poll};
+pub use status::{Condition, Phase, TrainJobState, condition, groups, state};
