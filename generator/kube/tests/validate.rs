@@ -399,3 +399,17 @@ fn truncated_and_damaged_documents_never_panic() {
         let _ = run(odd);
     }
 }
+
+#[test]
+fn an_unquoted_yes_is_a_boolean_as_kubectl_reads_it() {
+    let found = run(&mutate("value: data_group\n", "value: yes\n"));
+    let d = only(&found, "type", 52, 28);
+    assert_eq!(
+        d.message,
+        "`spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[1].value` must be a string, not a boolean `true`"
+    );
+    assert!(
+        d.hint.as_deref().unwrap_or("").starts_with("quote it"),
+        "{d:?}"
+    );
+}

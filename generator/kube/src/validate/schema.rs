@@ -162,9 +162,12 @@ impl Walker<'_> {
             ("integer", Value::Number(_)) => {
                 Some("write a whole number, without a fraction".into())
             }
-            ("string", Value::Number(_) | Value::Bool(_)) => {
-                Some(format!("quote it: `\"{value}\"`"))
-            }
+            ("string", Value::Number(_)) => Some(format!("quote it: `\"{value}\"`")),
+            // go-yaml, as kubectl uses it, reads YAML 1.1: plain `yes`, `on`, `y` are booleans.
+            ("string", Value::Bool(_)) => Some(
+                "quote it: unquoted `true`, `false`, `yes`, `no`, `on`, `off`, `y` and `n` are booleans in YAML"
+                    .into(),
+            ),
             ("array", Value::String(_) | Value::Object(_)) => {
                 Some("write a list, one `- ` item a line".into())
             }
