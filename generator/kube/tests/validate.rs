@@ -65,6 +65,30 @@ fn the_rendered_sample_is_valid() {
     assert!(found.is_empty(), "{}", show(&found));
 }
 
+/// What the renderer itself writes for a fixture job, not a copy of it, passes too.
+#[test]
+fn the_renderer_s_own_output_is_valid() {
+    let job = hetgen_fixtures::spec("py-script")
+        .set("instance_group.0.count", 2)
+        .set("instance_group.1.count", 2)
+        .merge("[kubernetes]\nimage = \"registry.example.com/digits:1\"\n")
+        .job();
+    let objects = hetgen_kube::objects(&job).expect("a [kubernetes] section");
+    let files: Vec<(PathBuf, String)> = objects
+        .files()
+        .into_iter()
+        .map(|(name, text)| (PathBuf::from(name), text))
+        .collect();
+    assert!(
+        files
+            .iter()
+            .all(|(_, text)| text.contains("apiVersion: trainer.kubeflow.org/v1alpha1")),
+        "{files:?}"
+    );
+    let found = check(&files);
+    assert!(found.is_empty(), "{}", show(&found));
+}
+
 #[test]
 fn a_misspelled_field_is_refused_with_a_suggestion() {
     let found = run(&mutate("parallelism: 2", "parallelizm: 2"));
