@@ -2,10 +2,14 @@
 //!
 //! The names both sides share (replicatedJobs, pod DNS names, the variables a pod reads) are
 //! in `hetgen_spec::kube`.
+//!
+//! - [`validate`]: rendered objects checked offline as the API server would check them, against
+//!   the Trainer and JobSet CRDs vendored in `crds/`, with their CEL rules and hetgen's own.
 
 mod emit;
 pub mod objects;
 pub mod pods;
+pub mod validate;
 
 pub use emit::to_yaml;
 pub use objects::{Objects, objects};
