@@ -37,6 +37,14 @@ macro_rules! code {
 }
 pub(crate) use code;
 
+/// The objects of a YAML stream as JSON values, read as `kubectl` reads them (YAML 1.1
+/// scalars); the error says what is wrong and where.
+pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    yaml::parse(text, false)
+        .map(|docs| docs.into_iter().map(|d| d.value).collect())
+        .map_err(|e| format!("line {}, column {}: {}", e.pos.line, e.pos.column, e.message))
+}
+
 /// Checks the Kubernetes objects in `files`, each a display name and its YAML text, and
 /// returns every problem found, in file order, then by position. No problems means the API
 /// server would accept every object on create, as far as the vendored CRDs and hetgen's rules
