@@ -104,6 +104,10 @@ pub enum Failure {
         why: String,
         hint: String,
     },
+    /// The rendered Kubernetes objects cannot be used.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    KubeFiles(#[from] hetgen_kube::LoadError),
     /// A local run could not be set up.
     #[error(transparent)]
     #[diagnostic(transparent)]

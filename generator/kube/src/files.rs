@@ -1,6 +1,6 @@
 //! The rendered files read back: what `hetgen deploy --engine kubeflow` sends and what the
-//! local twin runs, checked as the API server would check them before either uses them. A
-//! file edited by hand is used as edited, or refused with every problem at its line.
+//! local twin runs are the files themselves, checked as the API server would check them
+//! before either uses them; a problem is refused with every other at its file and line.
 
 use std::path::{Path, PathBuf};
 

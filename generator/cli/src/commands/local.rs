@@ -31,9 +31,13 @@ pub fn run(args: &DeployArgs) -> Result<ExitCode, Failure> {
     let prepared = match args.engine {
         Engine::Sagemaker => hetgen_local::prepare(&job, options)?,
         Engine::Kubeflow => {
-            let objects = hetgen_kube::objects(&job).ok_or_else(|| Failure::NoKubernetes {
-                spec: args.spec.clone(),
-            })?;
+            if job.kubernetes.is_none() {
+                return Err(Failure::NoKubernetes {
+                    spec: args.spec.clone(),
+                });
+            }
+            // The files as written, checked as the API server would check them.
+            let objects = hetgen_kube::load(&job_root)?;
             hetgen_local::kube::prepare(&job, &objects.runtime, &objects.trainjob, options)?
         }
     };
