@@ -59,6 +59,8 @@ struct Context<'a> {
     request: Option<&'a CreateTrainingJob>,
     /// The variable carrying the job token, which the SDK files add per submission.
     token_var: &'static str,
+    /// Where the image keeps the launcher: its `ENTRYPOINT`, and every Kubernetes pod's command.
+    image_launcher: &'static str,
     /// The pip requirement of `estimator.py` (SDK 3.x).
     sdk3_requirement: &'static str,
     /// The pip requirement of `estimator_sdk2.py` (SDK 2.x).
@@ -154,6 +156,7 @@ impl<'a> Context<'a> {
             hetero: job.groups.len() > 1,
             request,
             token_var: hetgen_env::TOKEN_VAR,
+            image_launcher: hetgen_spec::kube::IMAGE_LAUNCHER,
             sdk3_requirement: SDK3_REQUIREMENT,
             sdk2_requirement: SDK2_REQUIREMENT,
             crate_name: format!("{}-launcher", job.name.to_lowercase()),
