@@ -44,7 +44,7 @@ pub async fn deploy(
     rendered: &Rendered,
     options: &DeployOptions,
 ) -> Result<Deployed, KubeError> {
-    let namespace = cluster.namespace(Some(rendered.namespace())).to_owned();
+    let namespace = cluster.namespace(rendered.namespace()).to_owned();
     let rendered = rendered.clone().in_namespace(&namespace);
     let name = rendered.name().to_owned();
     let client = &cluster.client;

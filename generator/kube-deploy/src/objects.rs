@@ -55,11 +55,12 @@ impl Rendered {
         name_of(&self.runtime)
     }
 
-    /// The namespace the TrainJob was rendered for.
-    pub fn namespace(&self) -> &str {
+    /// The namespace the TrainJob was rendered for; none when its file names none (it is
+    /// optional in a file, as for `kubectl apply`), and the object goes to the context's.
+    pub fn namespace(&self) -> Option<&str> {
         self.train_job["metadata"]["namespace"]
             .as_str()
-            .unwrap_or_default()
+            .filter(|namespace| !namespace.is_empty())
     }
 
     /// The same objects in `namespace` (`--namespace`).
@@ -149,13 +150,13 @@ mod tests {
         let rendered = Rendered::read(&recorded()).unwrap();
         assert_eq!(rendered.name(), "pytorch-digits");
         assert_eq!(rendered.runtime_name(), "pytorch-digits");
-        assert_eq!(rendered.namespace(), "default");
+        assert_eq!(rendered.namespace(), Some("default"));
         let groups = rendered.groups();
         assert_eq!(groups.of("data-group"), Some("data_group"));
         assert_eq!(groups.of("node"), Some("dnn_group"));
         assert_eq!(groups.of("initializer"), None);
         let moved = rendered.in_namespace("other");
-        assert_eq!(moved.namespace(), "other");
+        assert_eq!(moved.namespace(), Some("other"));
         assert_eq!(moved.runtime()["metadata"]["namespace"], "other");
     }
 
@@ -191,6 +192,13 @@ mod tests {
         // The command line shows the error as a diagnostic: each problem comes with it.
         let related: Vec<String> = err.related().unwrap().map(|d| d.to_string()).collect();
         assert_eq!(related, [problem.to_string()]);
+    }
+
+    #[test]
+    fn a_trainjob_without_a_namespace_has_none() {
+        let (root, _) = edited(TRAINJOB_FILE, "  namespace: default\n", "");
+        let rendered = Rendered::read(root.path()).unwrap();
+        assert_eq!(rendered.namespace(), None);
     }
 
     #[test]
