@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use hetgen_kube::objects::MANAGED_BY;
 use hetgen_spec::kube::{TOKEN_KEY, TRAINER_API_VERSION, token_secret};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -18,10 +19,6 @@ use serde_json::json;
 
 use crate::api::{self, FIELD_MANAGER};
 use crate::{Cluster, KubeError, Rendered};
-
-/// The label on what hetgen created (`app.kubernetes.io/managed-by`, the rendered objects'
-/// too).
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "hetgen");
 
 /// What a deploy needs besides the objects.
 #[derive(Debug, Clone)]
@@ -47,7 +44,7 @@ pub async fn deploy(
     rendered: &Rendered,
     options: &DeployOptions,
 ) -> Result<Deployed, KubeError> {
-    let namespace = cluster.namespace(Some(rendered.namespace())).to_owned();
+    let namespace = cluster.namespace(rendered.namespace()).to_owned();
     let rendered = rendered.clone().in_namespace(&namespace);
     let name = rendered.name().to_owned();
     let client = &cluster.client;
@@ -152,7 +149,8 @@ fn apply() -> PatchParams {
     params
 }
 
-/// The token Secret as applied: hetgen's label, the token under [`TOKEN_KEY`].
+/// The token Secret as applied: hetgen's label (the rendered objects' [`MANAGED_BY`]), the token
+/// under [`TOKEN_KEY`].
 fn token_secret_object(namespace: &str, name: &str, token: &str) -> Secret {
     Secret {
         metadata: ObjectMeta {

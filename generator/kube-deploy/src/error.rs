@@ -12,30 +12,18 @@ use kube::core::Status;
 /// A failed deploy, stop or read of a job on Kubernetes.
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum KubeError {
-    /// A rendered file could not be read.
-    #[error("cannot read `{}`", path.display())]
+    /// The rendered files are missing, or hold what the API server would refuse: every problem
+    /// at its file, line and column.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Load(#[from] hetgen_kube::LoadError),
+    /// A rendered object with a `generateName` but no name, which server-side apply needs.
+    #[error("the {kind} in `{}` has no `metadata.name`", path.display())]
     #[diagnostic(
-        code("hetgen::kube::read"),
-        help(
-            "run `hetgen render` with a `[kubernetes]` section in the spec: it writes the Kubeflow objects there"
-        )
+        code("hetgen::kube::unnamed"),
+        help("name it under `metadata`, or run `hetgen render` to write it from the spec again")
     )]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A rendered file is not the object it should be.
-    #[error("`{}` is not a rendered {kind}: {why}", path.display())]
-    #[diagnostic(
-        code("hetgen::kube::rendered"),
-        help("render it again with `hetgen render`; if it still fails, this is a bug in hetgen")
-    )]
-    Rendered {
-        path: PathBuf,
-        kind: &'static str,
-        why: String,
-    },
+    Unnamed { path: PathBuf, kind: &'static str },
     /// No kubeconfig and not inside a cluster, or a kubeconfig that cannot be used.
     #[error("no usable Kubernetes configuration: {why}")]
     #[diagnostic(

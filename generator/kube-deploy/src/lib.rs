@@ -1,8 +1,9 @@
 //! A hetgen job on Kubernetes, deployed and followed: the Kubeflow Trainer objects
 //! `hetgen render` wrote, sent to a cluster with kube-rs.
 //!
-//! - [`Rendered`] reads the TrainingRuntime and TrainJob back from `build/<job>/kubeflow/`,
-//!   and [`Groups`] says which instance group each of their replicatedJobs is.
+//! - [`Rendered`] is the TrainingRuntime and TrainJob in `build/<job>/kubeflow/`, read back and
+//!   checked by [`hetgen_kube::load`], and [`Groups`] says which instance group each of their
+//!   replicatedJobs is.
 //! - [`Cluster::connect`] finds the cluster as `kubectl` does ([`Connection`]).
 //! - [`deploy`] writes the job's token Secret and server-side applies the two objects;
 //!   [`stop`] deletes the TrainJob (its pods with it) and the Secret.
@@ -27,6 +28,6 @@ pub use connect::{Cluster, Connection};
 pub use deploy::{DeployOptions, Deployed, Stopped, deploy, stop};
 pub use error::KubeError;
 pub use follow::{Follow, Outcome, Watcher};
-pub use objects::{GROUP_LABEL, Groups, KUBEFLOW_DIR, RUNTIME_FILE, Rendered, TRAIN_JOB_FILE};
+pub use objects::{Groups, Rendered};
 pub use pods::{JobPods, PodLine, PodState, Poll};
 pub use status::{Condition, Phase, TrainJobState, condition, groups, state};

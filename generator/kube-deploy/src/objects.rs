@@ -1,29 +1,19 @@
-//! The two objects `hetgen render` writes for Kubernetes, read back as it wrote them, and the
-//! groups of their pods.
+//! The two objects `hetgen render` wrote for Kubernetes, read back and checked by
+//! [`hetgen_kube::load`], and the groups of their pods.
 //!
 //! They are kept as JSON values, not typed: what is applied is exactly what was rendered (a
-//! typed round trip would drop or default fields this crate does not know), and the API
-//! server, not this crate, is the judge of the Trainer schema.
+//! typed round trip would drop or default fields this crate does not know). `load` has already
+//! checked them as the API server would (the Trainer and JobSet CRDs, their CEL rules, hetgen's
+//! own, such as the TrainJob's `runtimeRef` naming the runtime beside it), so a file edited by
+//! hand into something the cluster would refuse is refused here, at its line, before any call.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use hetgen_spec::kube::TRAINER_API_VERSION;
+use hetgen_kube::objects::{GROUP_LABEL, RUNTIME_FILE, TRAINJOB_FILE};
 use serde_json::Value;
 
 use crate::KubeError;
-
-/// The folder under a job's render folder that holds the Kubeflow objects.
-pub const KUBEFLOW_DIR: &str = "kubeflow";
-/// The TrainingRuntime's file in [`KUBEFLOW_DIR`].
-pub const RUNTIME_FILE: &str = "trainingruntime.yaml";
-/// The TrainJob's file in [`KUBEFLOW_DIR`].
-pub const TRAIN_JOB_FILE: &str = "trainjob.yaml";
-
-/// The label on each replicatedJob's template that names its instance group. JobSet copies a
-/// replicatedJob template's labels to its Jobs but not to their pods (v0.12's
-/// `constructJob`), so a pod's group is found through its replicatedJob ([`Groups`]).
-pub const GROUP_LABEL: &str = "hetgen.io/group";
 
 /// A rendered TrainingRuntime and the TrainJob that runs it.
 #[derive(Debug, Clone)]
@@ -33,37 +23,26 @@ pub struct Rendered {
 }
 
 impl Rendered {
-    /// Reads the two files `hetgen render` wrote into `dir` (`build/<job>/kubeflow`).
-    pub fn read(dir: &Path) -> Result<Rendered, KubeError> {
-        let read = |file: &str| {
-            let path = dir.join(file);
-            std::fs::read_to_string(&path)
-                .map(|text| (path.clone(), text))
-                .map_err(|source| KubeError::Read { path, source })
-        };
-        let (runtime_path, runtime) = read(RUNTIME_FILE)?;
-        let (job_path, job) = read(TRAIN_JOB_FILE)?;
-        Rendered::parse((&runtime_path, &runtime), (&job_path, &job))
-    }
-
-    /// The objects from their YAML text; the paths only name them in errors.
-    pub fn parse(
-        (runtime_path, runtime): (&Path, &str),
-        (job_path, job): (&Path, &str),
-    ) -> Result<Rendered, KubeError> {
-        let runtime = object(runtime_path, runtime, "TrainingRuntime")?;
-        let train_job = object(job_path, job, "TrainJob")?;
-        let rendered = Rendered { runtime, train_job };
-        let wanted = rendered.runtime_name();
-        let refers = rendered.train_job["spec"]["runtimeRef"]["name"].as_str();
-        if refers != Some(wanted) {
-            return Err(KubeError::Rendered {
-                path: job_path.to_owned(),
-                kind: "TrainJob",
-                why: format!("its `spec.runtimeRef.name` is not the rendered runtime `{wanted}`"),
-            });
+    /// Reads and checks the two objects `hetgen render` wrote under `job_root`, the job's render
+    /// folder (`build/<job>`).
+    pub fn read(job_root: &Path) -> Result<Rendered, KubeError> {
+        let hetgen_kube::Rendered { runtime, trainjob } = hetgen_kube::load(job_root)?;
+        // The schema accepts `generateName` instead of a name; server-side apply does not, and
+        // the TrainJob's name is the job's on the cluster.
+        let objects = [
+            (&runtime, RUNTIME_FILE, "TrainingRuntime"),
+            (&trainjob, TRAINJOB_FILE, "TrainJob"),
+        ];
+        for (object, file, kind) in objects {
+            if name_of(object).is_empty() {
+                let path = job_root.join(file);
+                return Err(KubeError::Unnamed { path, kind });
+            }
         }
-        Ok(rendered)
+        Ok(Rendered {
+            runtime,
+            train_job: trainjob,
+        })
     }
 
     /// The TrainJob's name: the job's on the cluster.
@@ -76,11 +55,12 @@ impl Rendered {
         name_of(&self.runtime)
     }
 
-    /// The namespace the TrainJob was rendered for.
-    pub fn namespace(&self) -> &str {
+    /// The namespace the TrainJob was rendered for; none when its file names none (it is
+    /// optional in a file, as for `kubectl apply`), and the object goes to the context's.
+    pub fn namespace(&self) -> Option<&str> {
         self.train_job["metadata"]["namespace"]
             .as_str()
-            .unwrap_or_default()
+            .filter(|namespace| !namespace.is_empty())
     }
 
     /// The same objects in `namespace` (`--namespace`).
@@ -107,7 +87,9 @@ impl Rendered {
     }
 }
 
-/// Each replicatedJob's instance group, from a TrainingRuntime's [`GROUP_LABEL`]s.
+/// Each replicatedJob's instance group, from a TrainingRuntime's [`GROUP_LABEL`]s. The label is
+/// on each replicatedJob's template, and JobSet copies those labels to its Jobs but not to their
+/// pods (v0.12's `constructJob`), so a pod's group is found through its replicatedJob.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Groups {
     by_replicated_job: BTreeMap<String, String>,
@@ -144,83 +126,93 @@ impl Groups {
     }
 }
 
-/// One rendered object of `kind`, checked to be Trainer's and named.
-fn object(path: &Path, text: &str, kind: &'static str) -> Result<Value, KubeError> {
-    let bad = |why: String| KubeError::Rendered {
-        path: PathBuf::from(path),
-        kind,
-        why,
-    };
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| bad(e.to_string()))?;
-    if value["apiVersion"] != TRAINER_API_VERSION || value["kind"] != kind {
-        return Err(bad(format!(
-            "it is `{}` `{}`, not `{TRAINER_API_VERSION}` `{kind}`",
-            value["apiVersion"].as_str().unwrap_or("?"),
-            value["kind"].as_str().unwrap_or("?"),
-        )));
-    }
-    if value["metadata"]["name"].as_str().is_none_or(str::is_empty) {
-        return Err(bad("it has no `metadata.name`".to_owned()));
-    }
-    Ok(value)
-}
-
 fn name_of(object: &Value) -> &str {
     object["metadata"]["name"].as_str().unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use hetgen_kube::LoadError;
+    use hetgen_kube::objects::DIR;
+    use miette::Diagnostic;
+
     use super::*;
 
-    const RUNTIME: &str = "# generated by hetgen\napiVersion: trainer.kubeflow.org/v1alpha1
-kind: TrainingRuntime
-metadata: {name: digits, namespace: team}
-spec:
-  template:
-    spec:
-      replicatedJobs:
-      - name: data-group
-        template: {metadata: {labels: {hetgen.io/group: data_group}}}
-      - name: node
-        template: {metadata: {labels: {hetgen.io/group: dnn_group}}}
-      - name: unlabelled
-";
-    const JOB: &str = "apiVersion: trainer.kubeflow.org/v1alpha1
-kind: TrainJob
-metadata: {name: digits, namespace: team}
-spec: {runtimeRef: {name: digits}}
-";
-
-    fn parse(runtime: &str, job: &str) -> Result<Rendered, KubeError> {
-        Rendered::parse(
-            (Path::new("trainingruntime.yaml"), runtime),
-            (Path::new("trainjob.yaml"), job),
-        )
+    /// The job root of the objects the deploy tests send.
+    fn recorded() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/recorded/rendered")
     }
 
     #[test]
     fn the_rendered_pair_names_the_job_its_namespace_and_groups() {
-        let rendered = parse(RUNTIME, JOB).unwrap();
-        assert_eq!(rendered.name(), "digits");
-        assert_eq!(rendered.namespace(), "team");
+        let rendered = Rendered::read(&recorded()).unwrap();
+        assert_eq!(rendered.name(), "pytorch-digits");
+        assert_eq!(rendered.runtime_name(), "pytorch-digits");
+        assert_eq!(rendered.namespace(), Some("default"));
         let groups = rendered.groups();
         assert_eq!(groups.of("data-group"), Some("data_group"));
         assert_eq!(groups.of("node"), Some("dnn_group"));
-        assert_eq!(groups.of("unlabelled"), None);
+        assert_eq!(groups.of("initializer"), None);
         let moved = rendered.in_namespace("other");
-        assert_eq!(moved.namespace(), "other");
+        assert_eq!(moved.namespace(), Some("other"));
         assert_eq!(moved.runtime()["metadata"]["namespace"], "other");
     }
 
+    /// A job root holding the recorded objects, `from` replaced by `to` in `file`; the file.
+    fn edited(file: &str, from: &str, to: &str) -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join(DIR)).unwrap();
+        for file in [RUNTIME_FILE, TRAINJOB_FILE] {
+            std::fs::copy(recorded().join(file), root.path().join(file)).unwrap();
+        }
+        let path = root.path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "`{from}` not in {file}");
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+        (root, path)
+    }
+
     #[test]
-    fn objects_of_another_kind_or_a_mismatched_pair_are_refused() {
-        let err = parse(JOB, JOB).unwrap_err().to_string();
-        assert!(err.contains("not a rendered TrainingRuntime"), "{err}");
-        let other = JOB.replace("runtimeRef: {name: digits}", "runtimeRef: {name: x}");
-        let err = parse(RUNTIME, &other).unwrap_err().to_string();
-        assert!(err.contains("runtimeRef.name"), "{err}");
-        let err = parse(RUNTIME, "kind: [").unwrap_err().to_string();
-        assert!(err.contains("trainjob.yaml"), "{err}");
+    fn a_misspelled_field_is_refused_at_its_line_and_column() {
+        let (root, path) = edited(TRAINJOB_FILE, "    numNodes: 2", "    numNode: 2");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line = 1 + text.lines().position(|l| l.contains("numNode:")).unwrap();
+
+        let err = Rendered::read(root.path()).unwrap_err();
+        let KubeError::Load(LoadError::Invalid { problems }) = &err else {
+            panic!("not refused as invalid: {err:?}");
+        };
+        let [problem] = problems.as_slice() else {
+            panic!("not one problem: {problems:#?}");
+        };
+        assert_eq!(problem.location(), format!("{}:{line}:5", path.display()));
+        assert!(problem.message.contains("`numNode`"), "{}", problem.message);
+        // The command line shows the error as a diagnostic: each problem comes with it.
+        let related: Vec<String> = err.related().unwrap().map(|d| d.to_string()).collect();
+        assert_eq!(related, [problem.to_string()]);
+    }
+
+    #[test]
+    fn a_trainjob_without_a_namespace_has_none() {
+        let (root, _) = edited(TRAINJOB_FILE, "  namespace: default\n", "");
+        let rendered = Rendered::read(root.path()).unwrap();
+        assert_eq!(rendered.namespace(), None);
+    }
+
+    #[test]
+    fn an_object_named_only_by_generate_name_is_refused() {
+        let (root, path) = edited(
+            TRAINJOB_FILE,
+            "  name: pytorch-digits\n  namespace",
+            "  generateName: pytorch-digits-\n  namespace",
+        );
+        match Rendered::read(root.path()) {
+            Err(KubeError::Unnamed { path: at, kind }) => {
+                assert_eq!((at, kind), (path, "TrainJob"));
+            }
+            other => panic!("not refused as unnamed: {other:?}"),
+        }
     }
 }

@@ -36,7 +36,10 @@ pub struct Pod {
     pub replicated_job: String,
     /// Its index in the replicatedJob's Job.
     pub index: u32,
-    /// Labels (the template's and JobSet's).
+    /// The spec's group, from its replicatedJob's `hetgen.io/group` label (a label of the
+    /// Job, which JobSet does not copy to the pods).
+    pub group: Option<String>,
+    /// Labels: the pod template's and JobSet's.
     pub labels: BTreeMap<String, String>,
     /// Annotations (the template's and the Job controller's).
     pub annotations: BTreeMap<String, String>,
@@ -239,12 +242,13 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
             .collect::<Vec<_>>();
         for index in 0..count {
             let pod_name = format!("{job_name}-{name}-0-{index}");
-            let mut labels = template_labels.clone();
+            let mut labels = string_map(rjob.pointer("/template/spec/template/metadata/labels"));
             labels.insert(JOBSET_NAME_LABEL.to_owned(), job_name.clone());
             labels.insert(REPLICATED_JOB_LABEL.to_owned(), name.clone());
             labels.insert("jobset.sigs.k8s.io/job-index".to_owned(), "0".to_owned());
             labels.insert(COMPLETION_INDEX_ANNOTATION.to_owned(), index.to_string());
-            let mut annotations = string_map(rjob.pointer("/template/metadata/annotations"));
+            let mut annotations =
+                string_map(rjob.pointer("/template/spec/template/metadata/annotations"));
             annotations.insert(COMPLETION_INDEX_ANNOTATION.to_owned(), index.to_string());
             let mut container = container.clone();
             if is_trainer && torch {
@@ -264,6 +268,7 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
                 host: format!("{pod_name}.{subdomain}"),
                 name: pod_name,
                 replicated_job: name.clone(),
+                group: group.clone(),
                 index,
                 labels,
                 annotations,

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hetgen_env::{BASE_DIR_VAR, CODE_DIR_VAR, HOSTS_FILE_VAR, JOB_FILE_VAR};
-use hetgen_kube::objects::GROUP_LABEL;
 use hetgen_kube::pods::{Pod, pods};
 use hetgen_spec::Job;
 use hetgen_spec::kube::{IMAGE_LAUNCHER, TOKEN_KEY, token_secret};
@@ -164,13 +163,12 @@ pub fn prepare(
     })
 }
 
-/// The host a pod stands for: its name, its group (the spec's, from the template's label),
+/// The host a pod stands for: its name, its group (the spec's, from its replicatedJob's label),
 /// and its address in the run's loopback block.
 fn host_of(job: &Job, pod: &Pod, block: std::net::Ipv4Addr, i: usize) -> Host {
     let group_name = pod
-        .labels
-        .get(GROUP_LABEL)
-        .cloned()
+        .group
+        .clone()
         .unwrap_or_else(|| pod.replicated_job.clone());
     let group = job.groups.iter().find(|g| g.name == group_name);
     Host {

@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use hetgen_kube_deploy::{
-    Cluster, DeployOptions, Follow, Groups, JobPods, KUBEFLOW_DIR, Outcome, Phase, PodLine,
-    PodState, Rendered, TrainJobState, Watcher,
+    Cluster, DeployOptions, Follow, Groups, JobPods, Outcome, Phase, PodLine, PodState, Rendered,
+    TrainJobState, Watcher,
 };
 use hetgen_local::joblog::LogLine;
 
@@ -35,7 +35,7 @@ pub fn deploy(args: &DeployArgs) -> Result<ExitCode, Failure> {
     let (_job, rendered) = render_spec(&args.spec)?;
     // Deploy sends exactly the rendered objects, so they must match the spec.
     ensure_fresh(&rendered, &args.out)?;
-    let objects = Rendered::read(&args.out.join(&rendered.dir).join(KUBEFLOW_DIR))?;
+    let objects = Rendered::read(&args.out.join(&rendered.dir))?;
     if args.dry_run {
         for object in [objects.runtime(), objects.train_job()] {
             println!("{object:#}");

@@ -6,6 +6,7 @@ mod server;
 
 use std::time::Duration;
 
+use hetgen_kube::validate::documents;
 use hetgen_kube_deploy::{
     Cluster, Connection, DeployOptions, Follow, KubeError, Outcome, PodLine, PodState, Rendered,
     TrainJobState, Watcher,
@@ -69,7 +70,8 @@ fn deploy(scenario: &str) -> (Server, Result<hetgen_kube_deploy::Deployed, KubeE
 /// `value` without the keys the API server adds, to compare with what was sent.
 fn yaml_as_json(path: &str) -> Value {
     let text = std::fs::read_to_string(server::recorded().join(path)).unwrap();
-    serde_saphyr::from_str(&text).unwrap()
+    let [object] = <[Value; 1]>::try_from(documents(&text).unwrap()).unwrap();
+    object
 }
 
 #[test]
@@ -135,9 +137,12 @@ fn deploy_applies_the_secret_then_the_runtime_then_the_trainjob_as_hetgen() {
     // The objects go as rendered.
     assert_eq!(
         requests[2].json(),
-        yaml_as_json("rendered/trainingruntime.yaml")
+        yaml_as_json("rendered/kubeflow/trainingruntime.yaml")
     );
-    assert_eq!(requests[3].json(), yaml_as_json("rendered/trainjob.yaml"));
+    assert_eq!(
+        requests[3].json(),
+        yaml_as_json("rendered/kubeflow/trainjob.yaml")
+    );
 
     // Then the TrainJob owns the Secret, so deleting it any way deletes the token.
     let owner = &requests[4];
