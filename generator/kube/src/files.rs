@@ -25,7 +25,9 @@ pub enum LoadError {
     #[error("cannot read `{}`", path.display())]
     #[diagnostic(
         code("hetgen::kube::read"),
-        help("run `hetgen render`: a spec with `[kubernetes]` renders kubeflow/ beside the other files")
+        help(
+            "run `hetgen render`: a spec with `[kubernetes]` renders kubeflow/ beside the other files"
+        )
     )]
     Read {
         /// The file.
@@ -47,7 +49,10 @@ pub enum LoadError {
     },
     /// A file does not hold the one object it is named for.
     #[error("`{}` holds {found} object(s); it should hold one {kind}", path.display())]
-    #[diagnostic(code("hetgen::kube::shape"), help("run `hetgen render` to write it again"))]
+    #[diagnostic(
+        code("hetgen::kube::shape"),
+        help("run `hetgen render` to write it again")
+    )]
     Shape {
         /// The file.
         path: PathBuf,

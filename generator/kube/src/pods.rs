@@ -176,9 +176,10 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
                 "Kubeflow Trainer runs one Job per replicatedJob",
             ));
         }
-        let template_labels = string_map(rjob.pointer("/template/metadata/labels"));
+        let job_labels = string_map(rjob.pointer("/template/metadata/labels"));
         let is_trainer =
-            template_labels.get(ANCESTOR_LABEL).map(String::as_str) == Some(ANCESTOR_TRAINER);
+            job_labels.get(ANCESTOR_LABEL).map(String::as_str) == Some(ANCESTOR_TRAINER);
+        let group = job_labels.get(crate::objects::GROUP_LABEL).cloned();
         let count = if is_trainer {
             num_nodes
         } else {

@@ -40,7 +40,10 @@ fn every_example_renders_objects_the_api_server_accepts() {
             found.is_empty(),
             "{}:\n{}",
             path.display(),
-            found.iter().map(|d| format!("{}: {d}\n", d.location())).collect::<String>()
+            found
+                .iter()
+                .map(|d| format!("{}: {d}\n", d.location()))
+                .collect::<String>()
         );
         // The pods they make: one per host of every group.
         let pods = hetgen_kube::pods::pods(&objects.runtime, &objects.trainjob).unwrap();

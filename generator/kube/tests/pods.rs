@@ -55,6 +55,17 @@ fn every_group_becomes_its_pods_with_trainer_s_torch_variables() {
     assert_eq!(env["PET_NPROC_PER_NODE"], "1");
     assert_eq!(trainer.argv(&[]), ["/usr/local/bin/launcher", "train"]);
     let data = &pods[0];
+    // The group is its replicatedJob's label, which JobSet puts on the Job, not the pod.
+    assert_eq!(data.group.as_deref(), Some("data_group"));
+    assert!(
+        !data.labels.contains_key("hetgen.io/group"),
+        "{:?}",
+        data.labels
+    );
+    assert_eq!(
+        data.labels["jobset.sigs.k8s.io/replicatedjob-name"],
+        "data-group"
+    );
     assert_eq!(data.container.grpc_ready_port, Some(16000));
     assert_eq!(
         data.container.mounts,

@@ -121,10 +121,7 @@ pub fn prepare(
         let mut env = inherited.clone();
         env.extend(image_env.iter().cloned());
         env.insert(BASE_DIR_VAR.to_owned(), base.display().to_string());
-        env.insert(
-            HOSTS_FILE_VAR.to_owned(),
-            hosts_file.display().to_string(),
-        );
+        env.insert(HOSTS_FILE_VAR.to_owned(), hosts_file.display().to_string());
         let pod_env = pod
             .environment(&secrets)
             .map_err(|e| kube_error(e.to_string()))?;

@@ -42,7 +42,12 @@ pub(crate) use code;
 pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
     yaml::parse(text, false)
         .map(|docs| docs.into_iter().map(|d| d.value).collect())
-        .map_err(|e| format!("line {}, column {}: {}", e.pos.line, e.pos.column, e.message))
+        .map_err(|e| {
+            format!(
+                "line {}, column {}: {}",
+                e.pos.line, e.pos.column, e.message
+            )
+        })
 }
 
 /// Checks the Kubernetes objects in `files`, each a display name and its YAML text, and
