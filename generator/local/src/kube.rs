@@ -27,7 +27,7 @@ use hetgen_spec::kube::{IMAGE_LAUNCHER, TOKEN_KEY, token_secret};
 use hetgen_spec::model::{HOMOGENEOUS_GROUP, PROGRAM_VAR, Role};
 use serde_json::Value;
 
-use crate::layout::{self, Cluster, Host, Layout, MAX_HOSTS};
+use crate::layout::{self, Cluster, Host, Layout, MAX_HOSTS, create_dir, write};
 use crate::{HostCommand, LocalError, LocalJob, RunOptions, absolute, cpus, free_block};
 
 /// Where the image mounts what the runtime reads: a volume mounted under it lands in the pod's
@@ -229,18 +229,4 @@ fn pod_mounts(
             Ok((host_dir.join(relative), folder))
         })
         .collect()
-}
-
-fn create_dir(path: &Path) -> Result<(), LocalError> {
-    std::fs::create_dir_all(path).map_err(|source| LocalError::Write {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn write(path: &Path, text: &str) -> Result<(), LocalError> {
-    std::fs::write(path, text).map_err(|source| LocalError::Write {
-        path: path.to_owned(),
-        source,
-    })
 }

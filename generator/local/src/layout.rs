@@ -527,14 +527,14 @@ fn create_new_dir(path: &Path) -> Result<(), LocalError> {
     })
 }
 
-fn create_dir(path: &Path) -> Result<(), LocalError> {
+pub(crate) fn create_dir(path: &Path) -> Result<(), LocalError> {
     std::fs::create_dir_all(path).map_err(|source| LocalError::Write {
         path: path.to_owned(),
         source,
     })
 }
 
-fn write(path: &Path, text: &str) -> Result<(), LocalError> {
+pub(crate) fn write(path: &Path, text: &str) -> Result<(), LocalError> {
     std::fs::write(path, text).map_err(|source| LocalError::Write {
         path: path.to_owned(),
         source,

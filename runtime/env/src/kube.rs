@@ -14,14 +14,12 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use hetgen_spec::kube::{GROUP_VAR, GROUPS_VAR, INDEX_VAR, JOBSET_VAR, KubeGroup, pod_host};
 use hetgen_spec::model::S3Distribution;
 
 use crate::{
-    ChannelConfig, Env, EnvError, InstanceGroup, Paths, ResourceConfig, VariableError, channel_var,
-    host_order,
+    ChannelConfig, Env, EnvError, InstanceGroup, Paths, ResourceConfig, VariableError, host_order,
 };
 
 /// Whether the environment describes a pod of a Kubernetes job: [`GROUPS_VAR`] is set. The
@@ -74,15 +72,7 @@ pub(crate) fn load(paths: Paths, var: &impl Fn(&str) -> Option<String>) -> Resul
             (name.clone(), config)
         })
         .collect();
-    let channel_dirs = channels
-        .keys()
-        .map(|name| {
-            let dir = var(&channel_var(name))
-                .map(PathBuf::from)
-                .unwrap_or_else(|| paths.channel(name));
-            (name.clone(), dir)
-        })
-        .collect();
+    let channel_dirs = crate::channel_dirs(&channels, &paths, var);
     Ok(Env {
         paths,
         resources,

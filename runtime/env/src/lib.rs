@@ -341,15 +341,7 @@ impl Env {
         let hyperparameters = read_hyperparameters(&paths.hyperparameters())?;
         let channels: BTreeMap<String, ChannelConfig> =
             read_json(&paths.input_data_config(), false)?.unwrap_or_default();
-        let channel_dirs = channels
-            .keys()
-            .map(|name| {
-                let dir = var(&channel_var(name))
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| paths.channel(name));
-                (name.clone(), dir)
-            })
-            .collect();
+        let channel_dirs = channel_dirs(&channels, &paths, &var);
         Ok(Env {
             paths,
             resources,
@@ -373,6 +365,24 @@ impl Env {
     pub fn is_hetero(&self) -> bool {
         self.resources.groups().len() > 1
     }
+}
+
+/// The folder of every channel: `SM_CHANNEL_<NAME>` where `var` has it (the toolkit's
+/// override), else where the platform mounts it under `paths`.
+pub(crate) fn channel_dirs(
+    channels: &BTreeMap<String, ChannelConfig>,
+    paths: &Paths,
+    var: &impl Fn(&str) -> Option<String>,
+) -> BTreeMap<String, PathBuf> {
+    channels
+        .keys()
+        .map(|name| {
+            let dir = var(&channel_var(name))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| paths.channel(name));
+            (name.clone(), dir)
+        })
+        .collect()
 }
 
 /// hyperparameters.json holds strings, but values written by hand or by other tools may be
