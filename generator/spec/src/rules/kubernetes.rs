@@ -106,10 +106,7 @@ pub(super) fn kubernetes(
                 "reserved",
                 "leave it out: the rendered objects set it",
             );
-        } else if key.is_empty()
-            || key.starts_with(|c: char| c.is_ascii_digit())
-            || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
+        } else if !super::sagemaker::ENV_KEY.is_match(key) {
             ok = false;
             ctx.error_at_key(
                 "hetgen::spec::environment-key",

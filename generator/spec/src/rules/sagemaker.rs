@@ -32,7 +32,7 @@ static REGION: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$").unwrap());
 static TAG: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$").unwrap());
-static ENV_KEY: LazyLock<Regex> =
+pub(crate) static ENV_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-zA-Z_][a-zA-Z0-9_]*$").unwrap());
 static VPC_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[-0-9a-zA-Z]+$").unwrap());
 
