@@ -120,6 +120,52 @@ fn deploy_local_runs_the_tiny_example_to_completion() {
     assert_eq!(stdout(&later), "");
 }
 
+/// The same tiny job rendered for Kubeflow Trainer, run as its pods: each pod's command and
+/// environment from the rendered objects, the built-in trainer and the data servers learning
+/// their cluster from the pod variables (no `resourceconfig.json` is written).
+#[test]
+fn deploy_local_runs_the_tiny_example_as_its_kubeflow_pods() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = project(root.path(), |t| {
+        t + "\n[kubernetes]\nimage = \"registry.example.com/demo:1\"\n"
+    });
+    assert!(dir.join("build/demo/kubeflow/trainjob.yaml").is_file());
+    let job_dir = root.path().join("run");
+    let out = hetgen(
+        &[
+            "deploy",
+            "--local",
+            "--engine",
+            "kubeflow",
+            "--job-dir",
+            job_dir.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let record = read_json(&job_dir.join("job-record.json"));
+    assert_eq!(record["status"], "Completed", "{record:#}");
+    let hosts = record["hosts"].as_array().unwrap();
+    let names: Vec<&str> = hosts.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "demo-data-group-0-0",
+            "demo-data-group-0-1",
+            "demo-node-0-0"
+        ]
+    );
+    assert!(hosts.iter().all(|h| h["exit_code"] == 0), "{record:#}");
+    for host in hosts {
+        let base = PathBuf::from(host["base_dir"].as_str().unwrap());
+        assert!(!base.join("input/config/resourceconfig.json").exists());
+    }
+    assert_eq!(record["summary"]["steps"], 60);
+    assert!(err.contains("demo-data-group-0-1.demo"), "{err}");
+    assert!(processes_in(&job_dir).is_empty());
+}
+
 #[test]
 fn deploy_local_refuses_stale_rendered_files() {
     let root = tempfile::tempdir().unwrap();
