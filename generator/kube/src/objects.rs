@@ -124,12 +124,7 @@ pub fn kube_groups(job: &Job) -> Vec<KubeGroup> {
             replicated_job: kube::replicated_job(&g.name, g.role == Role::Trainer),
             count: g.count,
             instance_type: g.instance_type.clone(),
-            channels: job
-                .channels
-                .iter()
-                .filter(|c| c.instance_groups.is_empty() || c.instance_groups.contains(&g.name))
-                .map(|c| c.name.clone())
-                .collect(),
+            channels: channels_of(job, g).into_iter().cloned().collect(),
         })
         .collect()
 }
@@ -265,7 +260,7 @@ fn resources(group: &Group) -> Value {
 fn channels_of<'a>(job: &'a Job, group: &Group) -> Vec<&'a String> {
     job.channels
         .iter()
-        .filter(|c| c.instance_groups.is_empty() || c.instance_groups.contains(&group.name))
+        .filter(|c| c.reaches(&group.name))
         .map(|c| &c.name)
         .collect()
 }

@@ -151,7 +151,7 @@ fn offset(base: Ipv4Addr, n: usize) -> Ipv4Addr {
 /// Whether `host` receives `channel`: channels that name groups go only to those groups'
 /// hosts, channels that name none go everywhere (SageMaker's `InstanceGroupNames`).
 pub fn receives(channel: &Channel, host: &Host) -> bool {
-    channel.instance_groups.is_empty() || channel.instance_groups.contains(&host.group)
+    channel.reaches(&host.group)
 }
 
 /// A channel with the folder that stands for its S3 prefix.

@@ -125,7 +125,7 @@ impl Job {
         self.channels
             .iter()
             .find(|c| c.name == channel)
-            .is_some_and(|c| c.instance_groups.is_empty() || c.instance_groups.contains(trainer))
+            .is_some_and(|c| c.reaches(trainer))
     }
 
     /// The groups that run the pipeline: the data groups, or the trainer without them.
@@ -177,6 +177,14 @@ pub struct Channel {
     pub input_mode: Option<InputMode>,
     /// MIME type.
     pub content_type: Option<String>,
+}
+
+impl Channel {
+    /// Whether the hosts of `group` receive this channel: a channel that names groups goes only
+    /// to those, one that names none to every group (SageMaker's `InstanceGroupNames`).
+    pub fn reaches(&self, group: &str) -> bool {
+        self.instance_groups.is_empty() || self.instance_groups.iter().any(|g| g == group)
+    }
 }
 
 /// The data pipeline.

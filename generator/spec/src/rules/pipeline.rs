@@ -291,9 +291,7 @@ fn sharded_source(
         groups
             .iter()
             .filter(|g| g.role == role)
-            .filter(|g| {
-                channel.instance_groups.is_empty() || channel.instance_groups.contains(&g.name)
-            })
+            .filter(|g| channel.reaches(&g.name))
             .map(|g| g.count)
             .sum()
     };
