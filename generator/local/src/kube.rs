@@ -62,7 +62,9 @@ pub fn prepare(
         image_env.push((PROGRAM_VAR.to_owned(), script.script.clone()));
     }
 
-    let port = hetgen_env::DEFAULT_DATA_PORT;
+    // The data servers' port, which the pods' addresses must have free: the default, unless
+    // `--env` sets another (the objects set none).
+    let port = crate::data_port(&options.env, &inherited);
     let block = free_block(&mut fastrand::Rng::new(), pods.len(), port);
     let hosts: Vec<Host> = pods
         .iter()
