@@ -73,28 +73,24 @@ pub fn load(job_root: &Path) -> Result<Rendered, LoadError> {
             .map_err(|source| LoadError::Read { path, source })
     };
     let files = [read(RUNTIME_FILE)?, read(TRAINJOB_FILE)?];
-    let problems = validate::check(&files);
-    if !problems.is_empty() {
-        return Err(LoadError::Invalid { problems });
-    }
-    let [runtime, trainjob] = files;
+    let objects = validate::read(&files).map_err(|problems| LoadError::Invalid { problems })?;
+    let [runtime, trainjob] = <[Vec<Value>; 2]>::try_from(objects).expect("one list per file");
     Ok(Rendered {
-        runtime: one(&runtime, "TrainingRuntime")?,
-        trainjob: one(&trainjob, "TrainJob")?,
+        runtime: one(&files[0].0, runtime, "TrainingRuntime")?,
+        trainjob: one(&files[1].0, trainjob, "TrainJob")?,
     })
 }
 
 /// The file's one object of `kind`.
-fn one((path, text): &(PathBuf, String), kind: &'static str) -> Result<Value, LoadError> {
+fn one(path: &Path, objects: Vec<Value>, kind: &'static str) -> Result<Value, LoadError> {
     let shape = |found: String| LoadError::Shape {
-        path: path.clone(),
+        path: path.to_owned(),
         kind,
         found,
     };
-    let documents = validate::documents(text).map_err(|e| shape(format!("no YAML ({e})")))?;
-    match documents.as_slice() {
-        [object] if object["kind"] == kind => Ok(object.clone()),
-        [object] => Err(shape(format!("a {}", object["kind"]))),
-        more => Err(shape(more.len().to_string())),
+    match <[Value; 1]>::try_from(objects) {
+        Ok([object]) if object["kind"] == kind => Ok(object),
+        Ok([object]) => Err(shape(format!("a {}", object["kind"]))),
+        Err(more) => Err(shape(more.len().to_string())),
     }
 }

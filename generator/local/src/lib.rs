@@ -239,7 +239,10 @@ pub fn prepare(job: &Job, options: RunOptions) -> Result<LocalJob, LocalError> {
 
 /// The data servers' port, which the hosts' loopback block must leave free: the last
 /// `HETGEN_DATA_PORT` the job sets, else the caller's, else the default.
-pub(crate) fn data_port(variables: &[(String, String)], inherited: &BTreeMap<String, String>) -> u16 {
+pub(crate) fn data_port(
+    variables: &[(String, String)],
+    inherited: &BTreeMap<String, String>,
+) -> u16 {
     variables
         .iter()
         .rev()

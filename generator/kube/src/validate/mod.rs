@@ -55,6 +55,25 @@ pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
 /// server would accept every object on create, as far as the vendored CRDs and hetgen's rules
 /// tell.
 pub fn check(files: &[(PathBuf, String)]) -> Vec<Diagnostic> {
+    checked(files).0
+}
+
+/// [`check`], and the objects of every file, read once: each file's documents as JSON values
+/// when nothing is wrong, every problem otherwise.
+pub fn read(files: &[(PathBuf, String)]) -> Result<Vec<Vec<serde_json::Value>>, Vec<Diagnostic>> {
+    let (problems, documents) = checked(files);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut per_file = vec![Vec::new(); files.len()];
+    for (f, doc) in documents {
+        per_file[f].push(doc.value);
+    }
+    Ok(per_file)
+}
+
+/// The problems of `files`, sorted, and the documents they were found in, by file index.
+fn checked(files: &[(PathBuf, String)]) -> (Vec<Diagnostic>, Vec<(usize, yaml::Document)>) {
     let crds = crds::crds();
     let sources: Vec<SpecSource> = files
         .iter()
@@ -103,7 +122,7 @@ pub fn check(files: &[(PathBuf, String)]) -> Vec<Diagnostic> {
         ));
     }
     out.sort_by(|(fa, a), (fb, b)| (fa, a.line, a.column).cmp(&(fb, b.line, b.column)));
-    out.into_iter().map(|(_, d)| d).collect()
+    (out.into_iter().map(|(_, d)| d).collect(), documents)
 }
 
 /// A document that is an object of a known kind, as the rules see it.
