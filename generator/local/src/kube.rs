@@ -27,7 +27,7 @@ use hetgen_spec::kube::{IMAGE_LAUNCHER, TOKEN_KEY, token_secret};
 use hetgen_spec::model::{HOMOGENEOUS_GROUP, PROGRAM_VAR, Role};
 use serde_json::Value;
 
-use crate::layout::{self, Cluster, Host, Layout, MAX_HOSTS, create_dir, write};
+use crate::layout::{self, Cluster, Host, Layout, MAX_HOSTS, create_dir, create_new_dir, write};
 use crate::{HostCommand, LocalError, LocalJob, RunOptions, absolute, cpus, free_block};
 
 /// Where the image mounts what the runtime reads: a volume mounted under it lands in the pod's
@@ -91,12 +91,8 @@ pub fn prepare(
     let secrets = BTreeMap::from([((token_secret(&job.name), TOKEN_KEY.to_owned()), token)]);
     let launcher = absolute(&options.launcher);
 
-    std::fs::create_dir_all(job_dir.parent().unwrap_or(&job_dir))
-        .and_then(|()| std::fs::create_dir(&job_dir))
-        .map_err(|source| LocalError::Write {
-            path: job_dir.clone(),
-            source,
-        })?;
+    // A run never reuses another run's folder.
+    create_new_dir(&job_dir)?;
     let hosts_file = layout.hosts_file();
     let table: String = pods
         .iter()

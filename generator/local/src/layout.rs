@@ -517,7 +517,7 @@ fn list_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-fn create_new_dir(path: &Path) -> Result<(), LocalError> {
+pub(crate) fn create_new_dir(path: &Path) -> Result<(), LocalError> {
     if let Some(parent) = path.parent() {
         create_dir(parent)?;
     }
