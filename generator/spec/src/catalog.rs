@@ -22,13 +22,21 @@ pub struct PriceInfo {
     /// Currency of every price.
     pub currency: String,
     /// Where prices came from, by the name an entry's `price_from` gives.
-    pub sources: BTreeMap<String, PriceSourceEntry>,
+    pub sources: BTreeMap<String, SourceEntry>,
 }
 
-/// One source of prices.
+/// Where the catalog's network figures came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PriceSourceEntry {
+pub struct NetworkInfo {
+    /// Where network figures came from, by the name an entry's `network_from` gives.
+    pub sources: BTreeMap<String, SourceEntry>,
+}
+
+/// One source of figures (prices or network bandwidths).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceEntry {
     /// A URL with a few words on what it is.
     pub source: String,
     /// When its figures were read (`YYYY-MM`).
@@ -61,6 +69,17 @@ pub struct InstanceType {
     /// Where the price came from: the name of one of `[prices.sources]`.
     #[serde(default)]
     pub price_from: Option<String>,
+    /// The sustained (baseline) network bandwidth in Gbit/s of the EC2 type behind this ml.
+    /// type: what a data host streaming batches for hours can count on. For types EC2 sells as
+    /// "up to N Gigabit" (c5.xlarge: baseline 1.25, burst 10) it is the baseline, not the burst,
+    /// which lasts only while the instance's network I/O credits do. On types with several
+    /// network cards (p4d, p5, trn1, …) it is the sum over all of them, mostly EFA. `None`
+    /// where EC2 documents no figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_gbps: Option<f64>,
+    /// Where `network_gbps` came from: the name of one of `[network.sources]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_from: Option<String>,
     /// The Elastic Fabric Adapter NCCL uses across hosts of this type, as AWS's training
     /// toolkit knows it; `None` where it knows none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +97,15 @@ pub enum Efa {
     Rdma,
     /// EFA without RDMA (`efa = "no-rdma"`).
     NoRdma,
+}
+
+impl SourceEntry {
+    fn provenance(&self) -> Provenance<'_> {
+        Provenance {
+            source: &self.source,
+            recorded: &self.recorded,
+        }
+    }
 }
 
 impl InstanceType {
@@ -105,7 +133,7 @@ pub fn is_neuron(name: &str) -> bool {
     family(name).starts_with("trn")
 }
 
-/// Where one price came from and when.
+/// Where one figure (a price, a network bandwidth) came from and when.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Provenance<'a> {
     /// The source, a URL with a few words.
@@ -120,6 +148,8 @@ pub struct Provenance<'a> {
 pub struct Catalog {
     /// Where the prices came from.
     pub prices: PriceInfo,
+    /// Where the network figures came from.
+    pub network: NetworkInfo,
     /// Every known type.
     #[serde(rename = "instance")]
     pub instances: Vec<InstanceType>,
@@ -141,10 +171,18 @@ impl Catalog {
     pub fn provenance<'a>(&'a self, instance: &'a InstanceType) -> Option<Provenance<'a>> {
         instance.price_per_hour?;
         let from = self.prices.sources.get(instance.price_from.as_deref()?)?;
-        Some(Provenance {
-            source: &from.source,
-            recorded: &from.recorded,
-        })
+        Some(from.provenance())
+    }
+
+    /// Where the `network_gbps` of `instance` came from and when. `None` when it has no figure
+    /// (or, which a test rules out for the built-in catalog, names no known source).
+    pub fn network_provenance<'a>(&'a self, instance: &'a InstanceType) -> Option<Provenance<'a>> {
+        instance.network_gbps?;
+        let from = self
+            .network
+            .sources
+            .get(instance.network_from.as_deref()?)?;
+        Some(from.provenance())
     }
 
     /// Every type name, in catalog order.
@@ -284,20 +322,83 @@ mod tests {
                 i.name
             );
             if let Some(p) = c.provenance(i) {
-                assert!(p.source.starts_with("https://"), "{}: {}", i.name, p.source);
-                let month = p.recorded.as_bytes();
-                assert!(
-                    month.len() == 7
-                        && month[4] == b'-'
-                        && month
-                            .iter()
-                            .enumerate()
-                            .all(|(n, b)| n == 4 || b.is_ascii_digit()),
-                    "{}: {}",
-                    i.name,
-                    p.recorded
-                );
+                assert_cited(&i.name, &p);
             }
+        }
+    }
+
+    /// A source is a URL with a `YYYY-MM` month.
+    fn assert_cited(name: &str, p: &Provenance) {
+        assert!(p.source.starts_with("https://"), "{name}: {}", p.source);
+        let month = p.recorded.as_bytes();
+        assert!(
+            month.len() == 7
+                && month[4] == b'-'
+                && month
+                    .iter()
+                    .enumerate()
+                    .all(|(n, b)| n == 4 || b.is_ascii_digit()),
+            "{name}: {}",
+            p.recorded
+        );
+    }
+
+    /// Every network figure says where it came from and when, as a price does.
+    #[test]
+    fn every_network_figure_has_a_source_and_a_date() {
+        let c = Catalog::builtin();
+        for name in c.network.sources.keys() {
+            assert!(
+                c.instances
+                    .iter()
+                    .any(|i| i.network_from.as_deref() == Some(name)),
+                "source {name} gives no figure"
+            );
+        }
+        for i in &c.instances {
+            assert_eq!(
+                i.network_gbps.is_some(),
+                c.network_provenance(i).is_some(),
+                "{}",
+                i.name
+            );
+            assert!(
+                i.network_gbps.is_some() || i.network_from.is_none(),
+                "{}: a source without a figure",
+                i.name
+            );
+            if let Some(gbps) = i.network_gbps {
+                assert!(gbps.is_finite() && gbps > 0.0, "{}: {gbps}", i.name);
+            }
+            if let Some(p) = c.network_provenance(i) {
+                assert_cited(&i.name, &p);
+            }
+        }
+    }
+
+    /// Baselines, not bursts, as EC2's "Network specifications" tables give them: c5.xlarge is
+    /// "1.25 / 10.0", t3.medium "0.256 / 5.0".
+    #[test]
+    fn network_figures_are_ec2_baselines() {
+        let c = Catalog::builtin();
+        for (name, gbps) in [
+            ("ml.c5.xlarge", 1.25),
+            ("ml.c5.4xlarge", 5.0),
+            ("ml.c5.18xlarge", 25.0),
+            ("ml.t3.medium", 0.256),
+            ("ml.m6i.large", 0.781),
+            ("ml.c4.8xlarge", 10.0),
+            ("ml.p3.2xlarge", 2.5),
+            ("ml.g5.48xlarge", 100.0),
+            ("ml.p4d.24xlarge", 400.0),
+            ("ml.p5.48xlarge", 3200.0),
+            ("ml.p2.16xlarge", 25.0),
+        ] {
+            assert_eq!(c.get(name).unwrap().network_gbps, Some(gbps), "{name}");
+        }
+        // EC2 documents only "High" for these.
+        for name in ["ml.c4.xlarge", "ml.m4.4xlarge", "ml.p2.xlarge"] {
+            assert_eq!(c.get(name).unwrap().network_gbps, None, "{name}");
         }
     }
 
