@@ -124,6 +124,39 @@ class _Progress:
         self.window_start, self.window_batches, self.waited = now, 0, 0.0
 
 
+class _Replay:
+    """The input of ``hetgen profile --trainer``: a few batches the job's dataset made on this
+    host, handed out again and again from memory, so that the training loop never waits for
+    data and its step lines give the rate it trains at when input costs nothing (the trainer's
+    side of sizing). Ends every epoch once ``steps`` batches have been handed out in all."""
+
+    #: Distinct batches made before the replay starts: enough that the loop sees varied
+    #: samples, few enough that making them takes seconds.
+    BATCHES = 8
+
+    def __init__(self, made: list, steps: int) -> None:
+        self.made = made
+        self.left = steps
+        self.next = 0
+
+    def take(self):
+        if self.left == 0:
+            return None
+        self.left -= 1
+        batch = self.made[self.next % len(self.made)]
+        self.next += 1
+        return batch
+
+
+def _replay_request(spec, mode, hosts) -> tuple[str, int] | None:
+    """``(spec, steps)`` when ``hetgen profile --trainer`` runs this script (its variables set)
+    and the script left the input to the environment (no ``spec``, ``mode`` or ``hosts``)."""
+    source = os.environ.get(_native.REPLAY_VAR)
+    if not source or spec is not None or mode is not None or hosts is not None:
+        return None
+    return source, _env_int(_native.REPLAY_STEPS_VAR, 1_000_000)
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
@@ -182,6 +215,11 @@ class Loader:
         progress_every: on rank 0, print a ``hetgen-step`` line (batches taken, step and wait
             time, samples/s) every this many batches, which hetgen's commands show as the job's
             progress and stall; 0 prints none (default 50).
+
+    Under ``hetgen profile --trainer`` a loader that leaves its input to the environment (no
+    ``spec``, ``mode`` or ``hosts``) makes a few batches of the job's dataset on this host, then
+    hands them out again from memory for the number of steps the profile asks, printing a step
+    line every 10: the script trains at its full rate, which the profile measures.
     """
 
     def __init__(
@@ -206,6 +244,13 @@ class Loader:
     ) -> None:
         if progress_every < 0:
             raise ConfigurationError(f"progress_every={progress_every} is negative")
+        replay = _replay_request(spec, mode, hosts)
+        if replay is not None:
+            # The job's own dataset, on this host's cores, then replayed (see `_Replay`).
+            spec, mode = replay[0], "local"
+            # `hetgen profile --trainer` times the steps from these lines: often enough to
+            # measure a short run.
+            progress_every = 10
         # torchrun's variables, else one process.
         rank = rank if rank is not None else _env_int("RANK", 0)
         world_size = world_size if world_size is not None else _env_int("WORLD_SIZE", 1)
@@ -234,6 +279,17 @@ class Loader:
         self._progress = _Progress(progress_every if self.rank == 0 else 0, self.batch_size)
         # The job never changes: read once, not on every batch's `to_device`.
         self._normalization = self._native.normalization
+        self._replay = None
+        if replay is not None:
+            made = []
+            for _ in range(min(_Replay.BATCHES, self._len)):
+                item = self._native.next_batch()
+                if item is None:
+                    break
+                made.append(self._python_batch(item))
+            # The dataset's workers go idle: the replay costs the training loop no CPU.
+            self._native.close()
+            self._replay = _Replay(made, replay[1])
 
     # -- what it streams -------------------------------------------------------------------
 
@@ -307,6 +363,8 @@ class Loader:
         field a numpy array with the samples first (a number per sample becomes an array of
         them, as PyTorch's default collate does), viewing the received batch without a copy;
         :func:`hetgen.torch.to_device` makes them torch tensors."""
+        if self._replay is not None:
+            return self._replayed(self._len)
         _, left = self._native.remaining_in_epoch()
         return self._batches(left)
 
@@ -317,10 +375,24 @@ class Loader:
             if item is None:
                 return
             self._progress.took(time.monotonic() - asked)
-            if isinstance(item[1], str):
-                yield _dataset_batch(item[0], item[1])
-            else:
-                yield Batch(*item)
+            yield self._python_batch(item)
+
+    def _replayed(self, count: int) -> Iterator[Batch]:
+        for _ in range(count):
+            asked = time.monotonic()
+            batch = self._replay.take()
+            if batch is None:
+                return
+            self._progress.took(time.monotonic() - asked)
+            yield batch
+
+    @staticmethod
+    def _python_batch(item):
+        """A native batch as Python sees it: a :class:`Batch` of images, or a dataset's
+        samples in their own structure."""
+        if isinstance(item[1], str):
+            return _dataset_batch(item[0], item[1])
+        return Batch(*item)
 
     # -- resume ----------------------------------------------------------------------------
 

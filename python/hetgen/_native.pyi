@@ -7,6 +7,8 @@ import numpy.typing as npt
 
 __version__: str
 PROTOCOL_VERSION: int
+REPLAY_VAR: str
+REPLAY_STEPS_VAR: str
 
 def launch(argv: list[str]) -> int: ...
 def step_line(step: int, step_ms: float, wait_ms: float, samples_per_s: float) -> str: ...

@@ -28,5 +28,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("PROTOCOL_VERSION", hetgen_data::PROTOCOL_VERSION)?;
+    // Set by `hetgen profile --trainer`, read by `hetgen.Loader` (one spelling, hetgen_env's).
+    m.add("REPLAY_VAR", hetgen_env::REPLAY_VAR)?;
+    m.add("REPLAY_STEPS_VAR", hetgen_env::REPLAY_STEPS_VAR)?;
     Ok(())
 }

@@ -1,9 +1,14 @@
 //! Builds the small C shim over libjpeg-turbo's libjpeg API (`csrc/jpeg_region.c`) and links
 //! the system's libjpeg-turbo, which brings its own SIMD decoder. `scripts/system-deps.sh`
-//! installs it (Debian: `libjpeg62-turbo-dev`); `make` runs that script.
+//! installs it (Debian: `libjpeg62-turbo-dev`); `make` runs that script. Only with the `jpeg`
+//! feature (the default).
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/jpeg_region.c");
+    // Without the `jpeg` feature (the wheel's `hetgen` command) there is nothing to link.
+    if std::env::var_os("CARGO_FEATURE_JPEG").is_none() {
+        return;
+    }
     let mut build = cc::Build::new();
     build.file("csrc/jpeg_region.c").warnings(true);
     // pkg-config knows non-default prefixes; without it, libjpeg is on the default paths.

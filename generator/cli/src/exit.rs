@@ -69,7 +69,6 @@ pub enum Failure {
         dir: PathBuf,
     },
     /// The pipeline could not be built or run.
-    #[cfg(feature = "pipeline")]
     #[error("the pipeline of `{}` failed: {source}", spec.display())]
     #[diagnostic(code("hetgen::profile::pipeline"), help("{hint}"))]
     Pipeline {
@@ -78,16 +77,6 @@ pub enum Failure {
         #[source]
         source: hetgen_pipeline::PipelineError,
     },
-    /// A command that only a build in hetgen's source tree has.
-    #[cfg(not(feature = "pipeline"))]
-    #[error("{what}")]
-    #[diagnostic(
-        code("hetgen::not-in-this-build"),
-        help(
-            "clone hetgen and run `make build`; its `hetgen` (in the cargo target folder) has every command"
-        )
-    )]
-    NotInThisBuild { what: &'static str },
     /// A profile file is unreadable or lacks what was asked of it.
     #[error("profile `{}`: {why}", path.display())]
     #[diagnostic(code("hetgen::profile::file"), help("{hint}"))]
@@ -112,6 +101,10 @@ pub enum Failure {
     #[error(transparent)]
     #[diagnostic(transparent)]
     Local(#[from] hetgen_local::LocalError),
+    /// `hetgen profile --trainer` could not time the script.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Trainer(#[from] hetgen_local::trainer_rate::TrainerError),
     /// Sizing arithmetic is missing a fact.
     #[error(transparent)]
     #[diagnostic(transparent)]
@@ -245,6 +238,10 @@ impl Failure {
             Failure::NotForKubeflow { .. } => code::USAGE,
             // What this machine lacks (cargo, torchrun, AWS's training toolkit), not the job.
             Failure::Local(e) if e.is_environment() => code::CONFIG,
+            Failure::Trainer(
+                hetgen_local::trainer_rate::TrainerError::NoTorch { .. }
+                | hetgen_local::trainer_rate::TrainerError::Start { .. },
+            ) => code::CONFIG,
             _ => code::FAILURE,
         })
     }

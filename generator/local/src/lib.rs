@@ -16,8 +16,11 @@
 //!   Stopped), leaving no process behind.
 //! - [`record`]: `job-record.json` in the job folder.
 //! - [`run_dir`]: a run's folder, its files, and finding a run again by its folder or name.
-//! - [`bench`]: one job run three ways for `hetgen bench` (preprocessing on the trainer host,
-//!   on data hosts, on both), the trainer on the same cores each time, measured.
+//! - [`trainer_rate`]: `hetgen profile --trainer`, the user's script timed under `torchrun`
+//!   with input replayed from memory, so that no step waits for data.
+//! - [`bench`]: one job run three ways for `hetgen bench` (preprocessing on the trainer hosts,
+//!   on data hosts, on both), the trainers on the same cores each time, measured: the
+//!   built-in trainer from its summary, a script from the Loader's step lines.
 //!
 //! # Host isolation: loopback addresses, not network namespaces
 //!
@@ -47,6 +50,7 @@ pub mod record;
 pub mod run_dir;
 pub mod supervise;
 pub mod traceback;
+pub mod trainer_rate;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, TcpListener};

@@ -8,6 +8,8 @@
 //! - [`Prices`]: the on-demand prices a plan uses, from hetgen's catalog or the AWS Price List,
 //!   each with where it came from and when.
 //! - [`compare`]: two clusters' cost per step from measured step times.
+//! - [`Plan::with_data_hosts`]: for a Python dataset, whether each data host's network and
+//!   memory can carry its share ([`HostCheck`]).
 //!
 //! The model: a GPU is busy at most `available vCPUs / needed vCPUs` of the time, where
 //! `needed = cpu_per_gpu × GPUs` and `available` counts every data instance's vCPUs plus what
@@ -23,9 +25,11 @@
 //! `ml.p3.2xlarge`), CPU data groups. Every option is counted with the same
 //! [`Job::trainer_threads`] rule, so hybrid input is counted as the runtime runs it.
 
+mod hosts;
 mod options;
 mod prices;
 
+pub use hosts::{DatasetNeeds, HostCheck};
 pub use options::{AddedData, Change, Choice, Decision, Swap, SwapKind};
 pub use prices::{Price, PriceSource, Prices};
 
@@ -156,6 +160,10 @@ pub struct Plan {
     pub vcpu_per_gpu: Option<f64>,
     /// Present with `cpu_per_gpu`.
     pub demand: Option<Demand>,
+    /// The data groups' hosts checked against a Python dataset's needs (network, memory);
+    /// empty until [`Plan::with_data_hosts`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub data_hosts: Vec<HostCheck>,
 }
 
 /// What the pipeline needs against what the cluster has, and the ways to close the gap.
@@ -256,6 +264,7 @@ pub fn plan(
         price_dates,
         vcpu_per_gpu,
         demand,
+        data_hosts: Vec::new(),
     })
 }
 

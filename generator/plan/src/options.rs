@@ -42,6 +42,10 @@ pub struct Choice {
     pub cost_per_busy_gpu_hour: Option<f64>,
     /// The cluster's instance types that have no known price.
     pub unpriced: Vec<String>,
+    /// Its data groups' hosts checked against a Python dataset's needs; empty until
+    /// [`Plan::with_data_hosts`](crate::Plan::with_data_hosts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub data_hosts: Vec<crate::HostCheck>,
 }
 
 /// What a [`Choice`] changes: nothing (the cluster as written), the trainer's type, an added
@@ -382,5 +386,6 @@ fn evaluate(job: &Job, prices: &Prices, needed: f64, change: Change) -> Result<C
         cost_per_busy_gpu_hour: busy_cost(price, gpus, gpu_cap),
         unpriced,
         groups,
+        data_hosts: Vec::new(),
     })
 }

@@ -694,3 +694,75 @@ fn a_bigger_trainer_whose_vcpus_the_runtime_would_not_use_is_no_option() {
     // A data group still lifts it: with one, the trainer's share is the hybrid one (30).
     assert!(d.options.iter().any(|o| o.gpu_cap == 1.0));
 }
+
+/// A Python dataset's needs: `rate` samples/s per vCPU, `bytes` per sample, `mib` per worker.
+fn needs(rate: f64, bytes: f64, mib: f64) -> hetgen_plan::DatasetNeeds {
+    hetgen_plan::DatasetNeeds {
+        samples_per_s_per_vcpu: rate,
+        bytes_per_sample: bytes,
+        worker_memory_mib: mib,
+    }
+}
+
+#[test]
+fn a_data_host_carries_its_share_of_what_the_gpus_consume_on_its_network_and_memory() {
+    // 8 GPUs × 20 vCPUs = 160 needed; 87 trainer + 144 data vCPUs available: the GPUs consume
+    // 160 / 231 of what the pipeline could make, and each c5.18xlarge (72 vCPUs) that share of
+    // its 72 × 100 samples/s.
+    let p = plan(&job(&format!("{TWO_C5}{P4D}")), Some(20.0), Some(100.0), 3)
+        .unwrap()
+        .with_data_hosts(Catalog::builtin(), &needs(100.0, 150_528.0, 400.0));
+    let [host] = &p.data_hosts[..] else {
+        panic!("{:?}", p.data_hosts)
+    };
+    let samples = 72.0 * 100.0 * 160.0 / 231.0;
+    assert!((host.samples_per_s - samples).abs() < 1e-6, "{host:?}");
+    assert!((host.network_gbps - samples * 150_528.0 * 8.0 / 1e9).abs() < 1e-9);
+    assert_eq!(host.network_gbps_available, Some(25.0));
+    assert!((host.memory_gib - 72.0 * 400.0 / 1024.0).abs() < 1e-9);
+    assert_eq!(host.memory_gib_available, Some(144.0));
+    assert!(host.fits());
+}
+
+#[test]
+fn a_data_host_whose_batches_outgrow_its_network_is_short_of_it() {
+    // Uncompressed 224² float32 images (602 112 bytes) at 2000 samples/s per vCPU: a data host
+    // of the cheapest option cannot send its share over its baseline bandwidth.
+    let p = plan(&job(P4D), Some(20.0), Some(2000.0), 3)
+        .unwrap()
+        .with_data_hosts(Catalog::builtin(), &needs(2000.0, 602_112.0, 100.0));
+    assert!(
+        p.data_hosts.is_empty(),
+        "the cluster as written has no data group"
+    );
+    let d = p.demand.unwrap();
+    let added: Vec<_> = d
+        .options
+        .iter()
+        .filter(|o| o.change.data.is_some())
+        .collect();
+    assert!(!added.is_empty());
+    for option in added {
+        let [host] = &option.data_hosts[..] else {
+            panic!("{option:?}")
+        };
+        assert_eq!(host.network_fits(), Some(false), "{host:?}");
+        assert!(!host.fits());
+    }
+}
+
+#[test]
+fn memory_beyond_the_type_is_short_and_unknown_bandwidth_is_not_a_fault() {
+    let p = plan(&job(&format!("{TWO_C5}{P4D}")), Some(20.0), Some(1.0), 3)
+        .unwrap()
+        .with_data_hosts(Catalog::builtin(), &needs(1.0, 10.0, 4096.0));
+    let host = &p.data_hosts[0];
+    // 72 workers of 4 GiB on a 144 GiB host.
+    assert_eq!(host.memory_fits(), Some(false));
+    assert_eq!(host.network_fits(), Some(true));
+    // Without a demand (no vCPUs per GPU) there is no share to check.
+    let bare = plan(&job(&format!("{TWO_C5}{P4D}")), None, Some(1.0), 3)
+        .unwrap()
+        .with_data_hosts(Catalog::builtin(), &needs(1.0, 10.0, 4096.0));
+    assert!(bare.data_hosts.is_empty());
+}

@@ -71,6 +71,12 @@ pub const DEFAULT_CODE_DIR: &str = "/opt/ml/code";
 pub const PYTHON_VAR: &str = "HETGEN_PYTHON";
 /// Script mode: the port of `torchrun`'s rendezvous on the trainer group's first host.
 pub const RENDEZVOUS_PORT_VAR: &str = "HETGEN_RENDEZVOUS_PORT";
+/// `hetgen profile --trainer`: the spec whose dataset `hetgen.Loader()` makes a few batches of
+/// on this host and then replays from memory, so that the training loop never waits for input
+/// and its step lines give the rate the trainer trains at when input costs nothing.
+pub const REPLAY_VAR: &str = "HETGEN_LOADER_REPLAY";
+/// With [`REPLAY_VAR`]: batches the replaying Loader yields in all, then it ends every epoch.
+pub const REPLAY_STEPS_VAR: &str = "HETGEN_LOADER_REPLAY_STEPS";
 /// `torchrun`'s own default rendezvous port.
 pub const DEFAULT_RENDEZVOUS_PORT: u16 = 29500;
 

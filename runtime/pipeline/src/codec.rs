@@ -1,14 +1,23 @@
 //! JPEG and PNG in and out.
 //!
 //! JPEGs decode with libjpeg-turbo (its SIMD IDCT and colour conversion, through the C shim in
-//! [`jpeg`]), which also decodes just the region a crop needs; PNGs with the png crate.
+//! `jpeg`), which also decodes just the region a crop needs; PNGs with the png crate.
+//!
+//! libjpeg-turbo is the crate's one system library, behind the `jpeg` feature (on by default).
+//! The wheel's `hetgen` command is built without it, so that one file installs with no system
+//! library: it profiles Python datasets and PNG pipelines, and a JPEG there is an error that
+//! says so ([`NO_JPEG`]).
 
 use std::io::Cursor;
 
 use crate::image::{Image, luma};
 use crate::ops::{self, Rect};
 
+#[cfg(feature = "jpeg")]
 pub mod jpeg;
+
+/// Why a build without the `jpeg` feature cannot decode a JPEG.
+pub const NO_JPEG: &str = "this build of hetgen has no JPEG decoder (libjpeg-turbo): the `hetgen` command of the wheel leaves it out; run it from a hetgen checkout (`make build`)";
 
 /// Encoded formats the `decode` stage understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +42,7 @@ pub fn sniff(bytes: &[u8]) -> Option<Format> {
 /// Decode JPEG or PNG bytes to `channels` (1 or 3) channels.
 pub fn decode(bytes: &[u8], channels: u32) -> Result<Image, String> {
     match sniff(bytes) {
-        Some(Format::Jpeg) => jpeg::decode(bytes, channels),
+        Some(Format::Jpeg) => decode_jpeg(bytes, channels),
         Some(Format::Png) => decode_png(bytes, channels),
         None => Err("neither JPEG nor PNG (unknown magic bytes)".to_owned()),
     }
@@ -58,6 +67,37 @@ pub fn decode_resized(
         let rect = choose(image.height, image.width);
         return ops::resize_region(&image, rect, size[0], size[1]);
     }
+    decode_jpeg_resized(bytes, channels, choose, size)
+}
+
+#[cfg(feature = "jpeg")]
+fn decode_jpeg(bytes: &[u8], channels: u32) -> Result<Image, String> {
+    jpeg::decode(bytes, channels)
+}
+
+#[cfg(not(feature = "jpeg"))]
+fn decode_jpeg(_: &[u8], _: u32) -> Result<Image, String> {
+    Err(NO_JPEG.to_owned())
+}
+
+#[cfg(not(feature = "jpeg"))]
+fn decode_jpeg_resized(
+    _: &[u8],
+    _: u32,
+    _: impl FnOnce(u32, u32) -> Rect,
+    _: [u32; 2],
+) -> Result<Image, String> {
+    Err(NO_JPEG.to_owned())
+}
+
+/// [`decode_resized`] of a JPEG: only the region, at reduced scale where the resize allows.
+#[cfg(feature = "jpeg")]
+fn decode_jpeg_resized(
+    bytes: &[u8],
+    channels: u32,
+    choose: impl FnOnce(u32, u32) -> Rect,
+    size: [u32; 2],
+) -> Result<Image, String> {
     let decoder = jpeg::Decoder::open(bytes)?;
     let (width, height) = decoder.dimensions();
     let rect = choose(height, width);
@@ -192,7 +232,7 @@ pub fn encode_png(image: &Image) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "jpeg"))]
 mod tests {
     use super::*;
 

@@ -73,8 +73,14 @@ pub const BACKGROUND_NICE: i32 = 10;
 
 /// Adds `by` to the calling thread's nice value (Linux keeps one per thread), up to 19.
 fn lower_this_thread(by: i32) -> std::io::Result<()> {
-    // SAFETY: a plain system call about the calling thread.
-    lower_priority(unsafe { libc::gettid() } as u32, by)
+    lower_priority(this_thread(), by)
+}
+
+/// The calling thread's id. Through the system call, not glibc's `gettid` wrapper (new in
+/// glibc 2.30): the wheel's `hetgen` command links against glibc 2.17, which has none.
+fn this_thread() -> u32 {
+    // SAFETY: a plain system call about the calling thread; it cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
 /// Adds `by` to the nice value of thread or process `id` (this process's own thread, or a
@@ -476,7 +482,7 @@ mod tests {
 
     fn nice() -> i32 {
         // SAFETY: a plain system call about the calling thread.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, this_thread() as libc::id_t) }
     }
 
     #[test]

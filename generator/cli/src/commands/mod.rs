@@ -11,7 +11,6 @@ pub mod local;
 pub mod logs;
 pub mod new;
 pub mod plan;
-#[cfg(feature = "pipeline")]
 pub mod profile;
 pub mod render;
 pub mod schema;
@@ -218,11 +217,30 @@ struct ProfileRates {
     threads: usize,
     /// vCPUs needed to keep one GPU busy, when the GPU's rate was given.
     vcpus_per_gpu: Option<f64>,
+    /// A Python dataset's needs beyond the rate.
+    dataset: Option<DatasetRates>,
 }
 
-/// `vcpus_per_gpu` of a profile file and its measured samples/s per thread, for
-/// `hetgen plan --profile`.
-pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
+/// What `hetgen plan --profile` reads of a Python dataset's profile.
+#[derive(Debug, Deserialize)]
+struct DatasetRates {
+    bytes_per_sample: f64,
+    worker_memory_mib: f64,
+}
+
+/// What sizing takes from a profile file.
+pub struct Profiled {
+    /// vCPUs one GPU needs.
+    pub vcpus_per_gpu: f64,
+    /// Samples per second one vCPU makes.
+    pub samples_per_s_per_vcpu: f64,
+    /// A Python dataset's needs per data host.
+    pub dataset: Option<hetgen_plan::DatasetNeeds>,
+}
+
+/// What `hetgen plan --profile` sizes with: `vcpus_per_gpu` of a profile file, its measured
+/// samples/s per thread and, for a Python dataset, what a data host needs per sample.
+pub fn read_profile(path: &Path) -> Result<Profiled, Failure> {
     let bad = |why: String, hint: &str| Failure::Profile {
         path: path.to_owned(),
         why,
@@ -241,29 +259,20 @@ pub fn vcpus_per_gpu(path: &Path) -> Result<(f64, f64), Failure> {
             "write it again with `hetgen profile`",
         )
     })?;
-    let per_gpu = profile.vcpus_per_gpu.ok_or_else(|| {
+    let vcpus_per_gpu = profile.vcpus_per_gpu.ok_or_else(|| {
         bad(
             "it has no `vcpus_per_gpu`".to_owned(),
-            "run `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
+            "run `hetgen profile --trainer` (your script timed here) or `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
         )
     })?;
-    Ok((
-        per_gpu,
-        profile.samples_per_s / profile.threads.max(1) as f64,
-    ))
-}
-
-/// `hetgen profile` in a build without the image pipeline (the wheel's).
-#[cfg(not(feature = "pipeline"))]
-pub mod profile {
-    use std::process::ExitCode;
-
-    use crate::cli::ProfileArgs;
-    use crate::exit::Failure;
-
-    pub fn run(_: &ProfileArgs) -> Result<ExitCode, Failure> {
-        Err(Failure::NotInThisBuild {
-            what: "`hetgen profile` measures hetgen's built-in image pipeline, which the wheel's `hetgen` leaves out (it would bring libjpeg-turbo with it)",
-        })
-    }
+    let rate = profile.samples_per_s / profile.threads.max(1) as f64;
+    Ok(Profiled {
+        vcpus_per_gpu,
+        samples_per_s_per_vcpu: rate,
+        dataset: profile.dataset.map(|d| hetgen_plan::DatasetNeeds {
+            samples_per_s_per_vcpu: rate,
+            bytes_per_sample: d.bytes_per_sample,
+            worker_memory_mib: d.worker_memory_mib,
+        }),
+    })
 }

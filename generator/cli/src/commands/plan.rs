@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use hetgen_deploy::pricing;
-use hetgen_plan::{Choice, Demand, Plan, PriceSource, Prices, Run, SwapKind};
+use hetgen_plan::{Choice, Demand, HostCheck, Plan, PriceSource, Prices, Run, SwapKind};
 use hetgen_spec::Catalog;
 use hetgen_spec::model::Role;
 
@@ -13,11 +13,13 @@ use crate::output::print_json;
 
 pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let (job, _) = super::load(&args.spec)?;
-    let (cpu_per_gpu, rate) = match &args.profile {
-        Some(path) => {
-            let (per_gpu, rate) = super::vcpus_per_gpu(path)?;
-            (Some(per_gpu), Some(rate))
-        }
+    let profiled = args
+        .profile
+        .as_deref()
+        .map(super::read_profile)
+        .transpose()?;
+    let (cpu_per_gpu, rate) = match &profiled {
+        Some(p) => (Some(p.vcpus_per_gpu), Some(p.samples_per_s_per_vcpu)),
         None => (args.cpu_per_gpu, None),
     };
     let catalog = Catalog::builtin();
@@ -25,7 +27,10 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode, Failure> {
         cli::Prices::Catalog => Prices::catalog(catalog),
         cli::Prices::Aws => aws_prices(args, &job, catalog),
     };
-    let plan = hetgen_plan::plan(&job, catalog, &prices, cpu_per_gpu, rate, args.options)?;
+    let mut plan = hetgen_plan::plan(&job, catalog, &prices, cpu_per_gpu, rate, args.options)?;
+    if let Some(needs) = profiled.as_ref().and_then(|p| p.dataset.as_ref()) {
+        plan = plan.with_data_hosts(catalog, needs);
+    }
     match args.format {
         Format::Json => print_json(&plan),
         Format::Human => print!("{}", plan_table(&plan)),
@@ -140,11 +145,12 @@ fn options_table(d: &Demand) -> String {
             _ => format!("  unpriced: {}", c.unpriced.join(", ")),
         };
         format!(
-            "{:>3}  {:<width$} {:<11} {:>8} {price}\n",
+            "{:>3}  {:<width$} {:<11} {:>8} {price}{}\n",
             i + 1,
             label(c),
             data,
-            format!("{:.0}%", c.gpu_cap * 100.0)
+            format!("{:.0}%", c.gpu_cap * 100.0),
+            fit_note(&c.data_hosts)
         )
     };
     let header = format!(
@@ -221,10 +227,66 @@ fn decision_line(d: &Demand) -> String {
     }
 }
 
+/// After an option's row: what its data hosts cannot carry, when a dataset's needs are known.
+fn fit_note(hosts: &[HostCheck]) -> String {
+    let mut short = Vec::new();
+    if hosts.iter().any(|h| h.network_fits() == Some(false)) {
+        short.push("network");
+    }
+    if hosts.iter().any(|h| h.memory_fits() == Some(false)) {
+        short.push("memory");
+    }
+    if short.is_empty() {
+        String::new()
+    } else {
+        format!("  (a data host is short of {})", short.join(" and "))
+    }
+}
+
+/// Each data group's hosts against what the Python dataset needs of them.
+fn data_hosts_table(hosts: &[HostCheck]) -> String {
+    if hosts.is_empty() {
+        return String::new();
+    }
+    let have = |x: Option<f64>| x.map_or_else(|| "unknown".to_owned(), |x| format!("{x:.2}"));
+    let mut out = format!(
+        "\n{:<16} {:<18} {:>9} {:>13} {:>10} {:>13} {:>10}\n",
+        "data host", "instance type", "samples/s", "network Gb/s", "has", "workers' GiB", "has"
+    );
+    for h in hosts {
+        out += &format!(
+            "{:<16} {:<18} {:>9.0} {:>13.3} {:>10} {:>13.2} {:>10}\n",
+            h.group,
+            h.instance_type,
+            h.samples_per_s,
+            h.network_gbps,
+            have(h.network_gbps_available),
+            h.memory_gib,
+            have(h.memory_gib_available)
+        );
+    }
+    for h in hosts {
+        if let (Some(false), Some(has)) = (h.network_fits(), h.network_gbps_available) {
+            out += &format!(
+                "warning: a `{}` host must send {:.2} Gbit/s, more than its {has:.2} Gbit/s baseline: its network, not its vCPUs, limits what it carries\n",
+                h.instance_type, h.network_gbps
+            );
+        }
+        if let (Some(false), Some(has)) = (h.memory_fits(), h.memory_gib_available) {
+            out += &format!(
+                "warning: a `{}` host's {} workers need {:.1} GiB, more than its {has:.0} GiB: choose a type with more memory per vCPU, or make the dataset smaller per worker\n",
+                h.instance_type, h.vcpus, h.memory_gib
+            );
+        }
+    }
+    out
+}
+
 fn plan_table(plan: &Plan) -> String {
     let mut out = groups_table(plan);
     out.push('\n');
     out += &sides_table(plan);
+    out += &data_hosts_table(&plan.data_hosts);
     if let Some(r) = plan.vcpu_per_gpu {
         out += &format!("\nvCPU:GPU ratio {r:.1}\n");
     }
@@ -313,7 +375,7 @@ fn sides_table(plan: &Plan) -> String {
 /// 100 %, the ways to lift it and which to take.
 fn demand_lines(d: &Demand) -> String {
     let mut out = format!(
-        "the pipeline needs {:.0} vCPUs ({} per GPU); the cluster has {:.0} for it\n",
+        "the pipeline needs {:.0} vCPUs ({:.1} per GPU); the cluster has {:.0} for it\n",
         d.needed_vcpus, d.cpu_per_gpu, d.available_vcpus
     );
     out += &format!("predicted GPU utilisation cap: {:.0}%", d.gpu_cap * 100.0);

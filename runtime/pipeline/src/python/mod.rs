@@ -12,6 +12,7 @@
 //! replaced and its batch made again, up to [`MAX_DEATHS`] times for one batch.
 
 mod process;
+pub mod usage;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -223,6 +224,17 @@ impl Workers {
             pool,
             sample_bytes,
         })
+    }
+
+    /// CPU time and memory of the worker processes alive now (`hetgen profile`'s measure).
+    pub fn usage(&self) -> usage::Usage {
+        let pids = self
+            .pool
+            .pids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        usage::of(&pids)
     }
 
     fn submit(
