@@ -152,10 +152,19 @@ def test_what_needs_a_checkout_says_so(installed, tmp_path):
     assert "hetgen's built-in trainer runs a launcher built from hetgen's Rust source" in said, said
     assert "make build" in said, said
     assert not (root / "build" / "tiny" / "local").exists()
-    profile = hetgen(env, "profile", cwd=root, timeout=60)
+    # Its PNG pipeline profiles from the wheel; a JPEG one needs libjpeg-turbo, which the
+    # wheel's command leaves out.
+    profile = hetgen(env, "profile", "--seconds", "0.5", cwd=root, timeout=60)
+    assert profile.returncode == 0, profile.stderr
+    assert (root / "profile.json").is_file()
+    spec = root / "hetgen.toml"
+    spec.write_text(spec.read_text().replace('encoding = "png"', 'encoding = "jpeg"'))
+    profile = hetgen(env, "profile", "--seconds", "0.5", "--out", "jpeg.json", cwd=root,
+                     timeout=60)
     assert profile.returncode != 0
     said = flat(profile.stderr)
-    assert "which the wheel's `hetgen` leaves out" in said and "make build" in said, said
+    assert "no JPEG decoder" in said and "make build" in said, said
+    assert not (root / "jpeg.json").exists()
 
 
 def flat(message: str) -> str:
