@@ -233,6 +233,23 @@ def test_a_script_that_fails_fails_the_trainer_profile_with_its_output(tmp_path)
     assert not (folder / "profile.json").exists()
 
 
+def test_a_script_that_needs_a_gpu_is_told_this_machine_has_none(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    folder = job(tmp_path, "make_cheap")
+    text = (folder / "hetgen.toml").read_text()
+    (folder / "hetgen.toml").write_text(
+        text.replace('script = "train_sizing.py"', 'script = "train_sizing.py"\nargs = ["--cuda"]')
+    )
+    done = hetgen(folder, "profile", "--python", sys.executable, "--trainer", "--seconds", "1")
+    assert done.returncode == 1, done.stderr
+    said = " ".join(w for w in done.stderr.split() if w != "│")
+    assert "no accelerator torch can use" in said, said
+    assert "torch.cuda.is_available()" in said, said
+
+
 def test_a_python_without_torch_is_named_for_the_trainer_profile(tmp_path, installed):
     folder = job(tmp_path, "make_cheap")
     done = hetgen(folder, "profile", "--python", str(installed / "python"), "--trainer",

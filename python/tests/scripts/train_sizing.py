@@ -3,7 +3,7 @@
 Run under torchrun. Its batches come from `hetgen.Loader()`, which `hetgen profile --trainer`
 turns into a replay from memory; with `--spec` it reads the spec's dataset on this host instead
 (one worker, batches prefetched), the reference run whose data is never late. `--fail` makes it
-fail after building the loader, as a script with a bug would.
+fail after building the loader, as a script with a bug would; `--cuda` insists on a GPU.
 """
 
 import argparse
@@ -22,8 +22,11 @@ def main():
     parser.add_argument("--spec")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--fail", action="store_true")
+    parser.add_argument("--cuda", action="store_true", help="insist on a GPU")
     args = parser.parse_args()
 
+    if args.cuda:
+        torch.zeros(1, device="cuda")
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     torch.manual_seed(0)

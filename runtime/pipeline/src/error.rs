@@ -118,7 +118,7 @@ pub enum PipelineError {
     },
     /// The image engine was asked to run a Python dataset.
     #[error(
-        "the source is the Python dataset `{0}`: it runs in Python worker processes, not in hetgen's image engine (this command measures built-in image pipelines only)"
+        "the source is the Python dataset `{0}`: it runs in Python worker processes (`hetgen_pipeline::open`), not in hetgen's image engine"
     )]
     NotImages(String),
     /// The thread pool could not start.
