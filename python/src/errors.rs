@@ -3,6 +3,7 @@
 
 use hetgen_data::auth::TokenError;
 use hetgen_data::client::ClientError;
+use hetgen_data::failure::SampleFailure;
 use hetgen_env::VariableError;
 use hetgen_pipeline::{BoxError, PipelineError};
 use pyo3::create_exception;
@@ -44,8 +45,14 @@ create_exception!(
     hetgen,
     DataError,
     HetgenError,
-    "Batches could not be made: a sample failed in the pipeline, or every data server failed."
+    "Batches could not be made: a sample failed in the pipeline, or every data server failed. \
+     When a sample failed, `sample` is its id, `stage` where it failed (`__getitem__`, \
+     `collate`, a stage), `traceback` the user's frames, and `host` the data host (None when \
+     this host's own pipeline made it); each is None otherwise."
 );
+
+/// The attributes every `DataError` has, None unless a sample failed.
+const DATA_ERROR_FIELDS: [&str; 4] = ["sample", "stage", "traceback", "host"];
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -54,8 +61,29 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigurationError", py.get_type::<ConfigurationError>())?;
     m.add("ConnectError", py.get_type::<ConnectError>())?;
     m.add("HandshakeError", py.get_type::<HandshakeError>())?;
-    m.add("DataError", py.get_type::<DataError>())?;
+    let data_error = py.get_type::<DataError>();
+    for field in DATA_ERROR_FIELDS {
+        data_error.setattr(field, py.None())?;
+    }
+    m.add("DataError", data_error)?;
     Ok(())
+}
+
+/// A `DataError` carrying what is known of the failed sample.
+fn data_error(message: String, host: Option<&str>, sample: Option<&SampleFailure>) -> PyErr {
+    let err = DataError::new_err(message);
+    let Some(failure) = sample else {
+        return err;
+    };
+    Python::attach(|py| {
+        let value = err.value(py);
+        // Setting an attribute on a fresh exception instance cannot fail.
+        let _ = value.setattr("sample", failure.sample);
+        let _ = value.setattr("stage", failure.stage.as_str());
+        let _ = value.setattr("traceback", failure.why.as_str());
+        let _ = value.setattr("host", host);
+    });
+    err
 }
 
 /// The exception for an error of the client, the engine or the environment.
@@ -70,7 +98,11 @@ pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
             ClientError::Token(_) | ClientError::NoHosts | ClientError::Runtime(_) => {
                 ConfigurationError::new_err(message)
             }
-            ClientError::AllServersFailed(_) | ClientError::Local(_) => DataError::new_err(message),
+            ClientError::Data { host, sample, .. } => {
+                data_error(message, Some(host), sample.as_ref())
+            }
+            ClientError::Local { sample, .. } => data_error(message, None, sample.as_ref()),
+            ClientError::AllServersFailed(_) => DataError::new_err(message),
         };
     }
     if error.is::<TokenError>() || error.is::<VariableError>() {
@@ -82,8 +114,8 @@ pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
             _ => ConfigurationError::new_err(message),
         };
     }
-    if error.is::<PipelineError>() {
-        return DataError::new_err(message);
+    if let Some(e) = error.downcast_ref::<PipelineError>() {
+        return data_error(message, None, SampleFailure::of(e).as_ref());
     }
     HetgenError::new_err(message)
 }

@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hetgen_data::audit::AuditFile;
 use hetgen_data::input::{self, Asked, Mode, Opened, Share};
 use hetgen_env::Env;
+use hetgen_pipeline::python::PythonSetup;
 use hetgen_pipeline::{Batch, Batches, BoxError, EpochPlan, InputConfig, Position, StageRegistry};
-use hetgen_spec::model::{Job, Stage};
+use hetgen_spec::model::{Job, Source, Stage};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -108,7 +109,8 @@ impl NativeLoader {
             || Ok(connect::connect(py, &job, env.as_ref(), servers, rank)?),
             |threads| {
                 let channels = job::channel_dirs(channels, env.as_ref(), spec.as_deref(), &job)?;
-                Ok(engine(py, &job, env.as_ref(), &channels, threads)?)
+                let python = python_setup(py, &job, env.as_ref(), spec.as_deref())?;
+                Ok(engine(py, &job, &python, &channels, threads)?)
             },
         )
         .map_err(errors::boxed)?;
@@ -459,21 +461,55 @@ fn decide(job: &Job, env: Option<&Env>, asked: &Asked) -> PyResult<input::Input>
     }
 }
 
-/// The job's pipeline on this host, with `threads` threads (or Python dataset workers, run by
-/// this process's own interpreter).
-fn engine(
+/// How this host runs a Python dataset's workers: as a job's hosts do, with this process's own
+/// interpreter unless `HETGEN_PYTHON` names another. Outside a job, with a spec and no
+/// `HETGEN_CODE_DIR`, the dataset's file is where `hetgen deploy --local` finds it: in the
+/// spec's `source_dir`, not the image's `/opt/ml/code`. A code folder that does not exist is
+/// said to be one (the workers would otherwise fail to start, blaming the interpreter).
+fn python_setup(
     py: Python<'_>,
     job: &Job,
     env: Option<&Env>,
-    channels: &BTreeMap<String, PathBuf>,
-    threads: usize,
-) -> PyResult<Arc<dyn Batches>> {
+    spec: Option<&std::path::Path>,
+) -> PyResult<PythonSetup> {
     let mut python = input::python_setup(env);
     if std::env::var_os(hetgen_env::PYTHON_VAR).is_none() {
         python.python = py.import("sys")?.getattr("executable")?.extract()?;
     }
+    let Source::Python { dataset, .. } = &job.pipeline.source else {
+        return Ok(python);
+    };
+    if env.is_none()
+        && std::env::var_os(hetgen_env::CODE_DIR_VAR).is_none()
+        && let Some(spec) = spec
+    {
+        let base = spec.parent().unwrap_or(std::path::Path::new("."));
+        let source_dir = job.trainer.script().map_or(".", |s| s.source_dir.as_str());
+        python.code_dir =
+            std::path::absolute(base.join(source_dir)).unwrap_or_else(|_| base.join(source_dir));
+    }
+    if !python.code_dir.is_dir() {
+        return Err(ConfigurationError::new_err(format!(
+            "the code folder `{}`, where the dataset `{dataset}` is read from, does not exist: \
+             set HETGEN_CODE_DIR to the folder that holds `{}`, or pass the spec (its \
+             `source_dir` is the folder outside a job)",
+            python.code_dir.display(),
+            dataset.file
+        )));
+    }
+    Ok(python)
+}
+
+/// The job's pipeline on this host, with `threads` threads (or Python dataset workers).
+fn engine(
+    py: Python<'_>,
+    job: &Job,
+    python: &PythonSetup,
+    channels: &BTreeMap<String, PathBuf>,
+    threads: usize,
+) -> PyResult<Arc<dyn Batches>> {
     // Building a Python dataset starts processes and waits for them: the GIL is not needed.
-    py.detach(|| input::engine(job, &StageRegistry::builtin(), channels, threads, &python))
+    py.detach(|| input::engine(job, &StageRegistry::builtin(), channels, threads, python))
         .map_err(errors::boxed)
 }
 

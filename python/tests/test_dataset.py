@@ -209,12 +209,23 @@ def test_the_datasets_exception_fails_the_loader_naming_the_sample_host_and_trac
     (cluster.data_folder / "raise-57").touch()
     use(monkeypatch, cluster)
     started = time.monotonic()
-    message = epoch_failure()
+    # A sample's failure is a data error (not the handshake's), with what failed as attributes.
+    with pytest.raises(hetgen.DataError) as failed:
+        with hetgen.Loader(epochs=1) as loader:
+            for _ in loader:
+                pass
     assert time.monotonic() - started < 30
+    message = str(failed.value)
     assert "sample 57" in message, message
     assert "algo-" in message, message
     assert "ValueError: sample 57 is corrupt" in message, message
     assert 'fields.py", line' in message and "__getitem__" in message, message
+    error = failed.value
+    assert error.sample == 57 and error.stage == "__getitem__", vars(error)
+    assert error.host in cluster.data, (error.host, cluster.data)
+    assert error.traceback.endswith("ValueError: sample 57 is corrupt"), error.traceback
+    # Every DataError has the attributes; None when no sample is to blame.
+    assert hetgen.DataError("x").sample is None and hetgen.DataError("x").host is None
 
 
 def test_killed_workers_are_replaced_and_every_sample_still_comes_once(

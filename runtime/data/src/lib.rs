@@ -20,6 +20,7 @@ pub mod checksum;
 /// The allocator tuning every process that moves batches applies (it lives with the engine).
 pub use hetgen_pipeline::tune_allocator;
 pub mod client;
+pub mod failure;
 pub mod input;
 pub mod job;
 pub mod role;

@@ -150,11 +150,13 @@ pub fn run_data_role(
         .trainer
         .script()
         .map_or(1, |s| s.processes_per_host.max(1));
-    config.budget_for_job(
-        config.trainer_hosts.len() * ranks_per_host as usize,
-        job.pipeline.batch_size,
-        engine.sample_bytes(),
-    );
+    let ranks = config.trainer_hosts.len() * ranks_per_host as usize;
+    // A script's ranks are the job's (the launcher refuses a torchrun whose world differs);
+    // a built-in trainer's job leaves the ranks open to `hetgen.Loader`s of any world.
+    if job.trainer.script().is_some() {
+        config.world_size = u32::try_from(ranks).ok().filter(|n| *n > 0);
+    }
+    config.budget_for_job(ranks, job.pipeline.batch_size, engine.sample_bytes());
     limits_from_env(&mut config)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

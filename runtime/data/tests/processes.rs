@@ -19,8 +19,10 @@ use hetgen_spec::model::Job;
 struct Cluster {
     dir: tempfile::TempDir,
     port: u16,
-    /// The trainer host, whose ids (`algo-N/rank-0`) the job's servers accept.
+    /// The (first) trainer host, whose ids (`algo-N/rank-0`) the job's servers accept.
     trainer: String,
+    /// Every trainer host: the servers stop once all of them said they finished.
+    trainers: Vec<String>,
     // The tests of this file share one process environment (HETGEN_HOSTS_FILE) and host names,
     // so clusters run one at a time.
     _serial: std::sync::MutexGuard<'static, ()>,
@@ -33,6 +35,25 @@ impl Cluster {
     /// The `data-test` job with `data_hosts` data hosts: trees for `algo-1..=data_hosts`
     /// (data_group) and one trainer host after them.
     fn new(data_hosts: usize) -> Cluster {
+        Cluster::of(hetgen_fixtures::spec("data-test").set("instance_group.0.count", data_hosts))
+    }
+
+    /// [`Cluster::new`] with one data host and `hosts` trainer hosts running `ranks` trainer
+    /// processes each (a script): servers refuse trainer ids of ranks beyond the job's, so a
+    /// test that plays many trainers needs a job that has them.
+    fn with_ranks(hosts: u32, ranks: u32) -> Cluster {
+        Cluster::of(
+            hetgen_fixtures::spec("data-test")
+                .set("instance_group.0.count", 1)
+                .set("instance_group.1.count", hosts)
+                .remove("trainer.model")
+                .remove("trainer.steps")
+                .set("trainer.script", "train.py")
+                .set("trainer.processes_per_host", ranks),
+        )
+    }
+
+    fn of(spec: hetgen_fixtures::Spec) -> Cluster {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -42,13 +63,12 @@ impl Cluster {
         let nth = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let net = (pid % 200) as u8 + 20;
         let port = 20000 + (pid % 20000) as u16 + nth * 7;
-        let job = hetgen_fixtures::spec("data-test")
-            .set("instance_group.0.count", data_hosts)
-            .job();
+        let job = spec.job();
         hetgen_fixtures::write_job_file(dir.path(), &job, "data-test.toml");
         let trees = InstanceTrees::lay_out(dir.path(), &job);
         trees.write_hosts_file(|n| format!("127.{net}.{}.{n}", port % 250));
-        let trainer = trees.hosts_of("dnn_group").remove(0);
+        let trainers = trees.hosts_of("dnn_group");
+        let trainer = trainers[0].clone();
         // SAFETY: set before any thread of this test reads the environment; every test in this
         // file sets the same value for its process.
         unsafe { std::env::set_var("HETGEN_HOSTS_FILE", dir.path().join("hosts.txt")) };
@@ -56,6 +76,7 @@ impl Cluster {
             dir,
             port,
             trainer,
+            trainers,
             _serial: serial,
         }
     }
@@ -105,7 +126,11 @@ impl Cluster {
 
     /// `client` tells the servers the trainer host finished, as its launcher does at the end.
     fn finished(&self, client: &Client, reason: &str) -> Vec<(String, String)> {
-        client.finished(&self.trainer, false, reason)
+        let mut unreached = Vec::new();
+        for host in &self.trainers {
+            unreached.extend(client.finished(host, false, reason));
+        }
+        unreached
     }
 
     fn failure(&self, host: &str) -> PathBuf {
@@ -627,7 +652,7 @@ fn connections_that_ping_but_hold_no_token_cannot_keep_a_trainer_out() {
 
 #[test]
 fn stalled_streams_hold_no_thread_and_give_way_to_a_new_trainer() {
-    let cluster = Cluster::new(1);
+    let cluster = Cluster::with_ranks(2, 1024);
     let mut children = Reaper(vec![
         cluster.start("algo-1", &[("HETGEN_DATA_STALL_S", "120")]),
     ]);
@@ -662,7 +687,7 @@ fn stalled_streams_hold_no_thread_and_give_way_to_a_new_trainer() {
 
 #[test]
 fn a_stream_whose_client_takes_nothing_is_cancelled_at_the_stall_timeout() {
-    let cluster = Cluster::new(1);
+    let cluster = Cluster::with_ranks(1, 32);
     let mut children = Reaper(vec![
         cluster.start("algo-1", &[("HETGEN_DATA_STALL_S", "3")]),
     ]);

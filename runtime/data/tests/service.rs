@@ -739,6 +739,29 @@ fn inside_a_job_trainer_ids_name_its_trainer_hosts() {
 }
 
 #[test]
+fn with_the_jobs_world_size_known_an_id_names_one_of_its_ranks() {
+    // Two trainer hosts of two ranks each: ranks 0 to 3, not the 65 536 one caller could pose
+    // as to take that many fair shares of the memory budget.
+    let job = job();
+    let server = TestServer::start(&job, "algo-1", |c| {
+        c.trainer_hosts = vec!["algo-3".into(), "algo-4".into()];
+        c.world_size = Some(4);
+    });
+    let (rt, mut client) = raw_client(&server, TOKEN);
+    for ours in ["algo-3/rank-0", "algo-4/rank-3", "algo-4/launcher"] {
+        stream_one(&rt, &mut client, ours).unwrap_or_else(|e| panic!("{ours}: {e:?}"));
+    }
+    for stranger in ["algo-3/rank-4", "algo-4/rank-767"] {
+        let refused = stream_one(&rt, &mut client, stranger).unwrap_err();
+        assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+        assert!(
+            refused.message().contains("`<trainer host>/rank-<0..=3>`"),
+            "{refused:?}"
+        );
+    }
+}
+
+#[test]
 fn a_full_trainer_table_locks_no_trainer_out() {
     let job = job();
     let server = TestServer::start(&job, "algo-1", |c| c.trainer_hosts = vec!["algo-3".into()]);
@@ -1080,4 +1103,35 @@ fn request_bodies_hold_the_budget_they_sent_not_the_size_they_declare() {
         "the stream waited {:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn a_server_that_refuses_a_stream_for_now_is_asked_again_not_dropped() {
+    let job = job();
+    // Room for one 16-sample stream (13 KiB) at a time: with two trainers streaming, a fair
+    // share is half of it, less than a stream, so a stream that finds the other's running is
+    // refused (`ResourceExhausted`, over a fair share) rather than queued. The only server
+    // refusing must not be dropped for it: the trainer asks again after a rest, and both read
+    // every sample of every epoch exactly once.
+    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 20 << 10);
+    let hosts = hosts(&[&server]);
+    let trainers: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            let (job, hosts) = (job.clone(), hosts.clone());
+            std::thread::spawn(move || {
+                let mut config = client_config();
+                config.trainer_id = format!("test-{name}/rank-0");
+                let client = Client::connect(&hosts, job.pipeline.output_shape, config).unwrap();
+                let mut stream = client.stream(input(&job, &client, 6, false), None);
+                drain(&mut stream)
+            })
+        })
+        .collect();
+    for trainer in trainers {
+        let batches = trainer
+            .join()
+            .expect("a trainer's epochs ended in an error");
+        assert_exactly_once(&batches, 6, 600);
+    }
 }

@@ -12,7 +12,42 @@ use tokio_util::sync::CancellationToken;
 
 use super::connect::Server;
 use crate::checksum::batch_checksum;
+use crate::failure::SampleFailure;
 use crate::proto::ShardRequest;
+
+/// Why a copy of a shard failed.
+pub(super) struct Failure {
+    /// What went wrong, for messages.
+    pub(super) error: String,
+    /// What it means for the source and the job.
+    pub(super) kind: Kind,
+    /// The sample the user's code failed on, when that is why.
+    pub(super) sample: Option<SampleFailure>,
+}
+
+/// What a failed copy means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Any other source would fail the same way (bad data, a request none can serve): the
+    /// job fails.
+    Fatal,
+    /// This source failed (connection lost, stopping, stalled, bad batches): it is lost.
+    Lost,
+    /// This source refused the stream for now (its memory budget or stream limits full, the
+    /// stream cancelled to make way for another): the shard goes elsewhere and the source is
+    /// asked again after a rest.
+    Busy,
+}
+
+impl Failure {
+    fn lost(error: String) -> Failure {
+        Failure {
+            error,
+            kind: Kind::Lost,
+            sample: None,
+        }
+    }
+}
 
 /// What a copy of a shard reports.
 pub(super) enum Event {
@@ -29,8 +64,7 @@ pub(super) enum Event {
     Failed {
         source: usize,
         shard: usize,
-        error: String,
-        fatal: bool,
+        failure: Failure,
         /// This client's consumer held the stream up for [`crate::STREAM_GIVE_WAY`] or
         /// more, long enough for the server to cancel it: not the server's failure.
         held_up: bool,
@@ -65,21 +99,18 @@ impl ShardTask {
                 source: self.source,
                 shard: self.shard,
             },
-            Err((error, fatal)) => Event::Failed {
+            Err(failure) => Event::Failed {
                 source: self.source,
                 shard: self.shard,
-                error,
-                fatal,
+                failure,
                 held_up: held_up >= crate::STREAM_GIVE_WAY,
             },
         };
         let _ = self.events.send(event).await;
     }
 
-    /// Stream the shard from batch `from` on; `Err((why, fatal))` on failure, where fatal
-    /// means another server would fail the same way (bad data, a refused request).
-    /// `held_up` is the longest this client's consumer kept the stream waiting for room.
-    async fn stream(&self, held_up: &mut Duration) -> Result<(), (String, bool)> {
+    /// Stream the shard from batch `from` on, or why it failed. `held_up` is the longest this client's consumer kept the stream waiting for room.
+    async fn stream(&self, held_up: &mut Duration) -> Result<(), Failure> {
         let bs = self.batch_size as usize;
         let request = ShardRequest {
             epoch: self.epoch,
@@ -92,17 +123,17 @@ impl ShardTask {
         let response = tokio::time::timeout(self.stall, client.stream_shard(request))
             .await
             .map_err(|_| {
-                (
-                    format!("no answer to a shard request within {:?}", self.stall),
-                    false,
-                )
+                Failure::lost(format!(
+                    "no answer to a shard request within {:?}",
+                    self.stall
+                ))
             })?
             .map_err(status_error)?;
         let mut stream = response.into_inner();
         loop {
             let message = tokio::time::timeout(self.stall, stream.message())
                 .await
-                .map_err(|_| (format!("stalled: no batch for {:?}", self.stall), false))?
+                .map_err(|_| Failure::lost(format!("stalled: no batch for {:?}", self.stall)))?
                 .map_err(status_error)?;
             let Some(message) = message else {
                 return Ok(());
@@ -126,7 +157,7 @@ impl ShardTask {
     /// Batch `index` as the server sent it, if it is the batch the plan says, whole: its
     /// samples, its payload's size and its checksum; a server that sends anything else has
     /// failed (not fatally: another server may send it right).
-    fn check(&self, index: u32, message: crate::proto::Batch) -> Result<Batch, (String, bool)> {
+    fn check(&self, index: u32, message: crate::proto::Batch) -> Result<Batch, Failure> {
         let bs = self.batch_size as usize;
         // A server of built-in images announced their shape; a Python dataset's batches
         // describe their own tensors.
@@ -134,10 +165,10 @@ impl ShardTask {
         let start = (index as usize * bs).min(self.ids.len());
         let expected = &self.ids[start..(start + bs).min(self.ids.len())];
         let wrong = |what: &str| {
-            Err((
-                format!("sent batch {index} of shard {} with {what}", self.shard_id),
-                false,
-            ))
+            Err(Failure::lost(format!(
+                "sent batch {index} of shard {} with {what}",
+                self.shard_id
+            )))
         };
         if message.epoch != self.epoch
             || message.shard != self.shard_id
@@ -212,16 +243,18 @@ impl LocalShard {
             Ok(Err(error)) => Event::Failed {
                 source,
                 shard,
-                error,
-                fatal: true,
+                failure: Failure {
+                    error: error.to_string(),
+                    kind: Kind::Fatal,
+                    sample: SampleFailure::of(&error),
+                },
                 held_up: false,
             },
             // A panic (a custom stage's, say) loses this source, not the epoch.
             Err(join) => Event::Failed {
                 source,
                 shard,
-                error: format!("the local pipeline stopped: {join}"),
-                fatal: false,
+                failure: Failure::lost(format!("the local pipeline stopped: {join}")),
                 held_up: false,
             },
         };
@@ -230,47 +263,50 @@ impl LocalShard {
 
     /// Run the shard from batch `from` on; stops early once the scheduler is gone or the
     /// shard arrived whole from another source.
-    fn make(&self, cancel: &CancellationToken) -> Result<(), String> {
+    fn make(&self, cancel: &CancellationToken) -> Result<(), hetgen_pipeline::PipelineError> {
         let bs = self.batch_size as usize;
         let ids = &self.ids[(self.from as usize * bs).min(self.ids.len())..];
-        self.engine
-            .run_shard(
-                ShardWork {
-                    epoch: self.epoch,
-                    shard: self.shard_id,
-                    ids,
-                    batch_size: self.batch_size,
-                },
-                &mut |mut batch| {
-                    if cancel.is_cancelled() {
-                        return false;
-                    }
-                    batch.index += self.from;
-                    let event = Event::Batch {
-                        source: self.source,
-                        shard: self.shard,
-                        index: batch.index,
-                        batch,
-                    };
-                    self.events.blocking_send(event).is_ok()
-                },
-            )
-            .map_err(|e| e.to_string())
+        self.engine.run_shard(
+            ShardWork {
+                epoch: self.epoch,
+                shard: self.shard_id,
+                ids,
+                batch_size: self.batch_size,
+            },
+            &mut |mut batch| {
+                if cancel.is_cancelled() {
+                    return false;
+                }
+                batch.index += self.from;
+                let event = Event::Batch {
+                    source: self.source,
+                    shard: self.shard,
+                    index: batch.index,
+                    batch,
+                };
+                self.events.blocking_send(event).is_ok()
+            },
+        )
     }
 }
 
-/// Statuses no other server would answer differently are fatal; the rest (connection lost,
-/// server stopping, unknown transport errors) mean this server failed.
-fn status_error(status: tonic::Status) -> (String, bool) {
+/// Statuses no other server would answer differently are fatal; a refusal for now (the
+/// server's budgets and limits, a stream it cancelled to make way) is a busy source; the rest
+/// (connection lost, server stopping, unknown transport errors) mean this server failed.
+fn status_error(status: tonic::Status) -> Failure {
     use tonic::Code::*;
-    let fatal = matches!(
-        status.code(),
-        DataLoss
-            | InvalidArgument
-            | OutOfRange
-            | Unauthenticated
-            | PermissionDenied
-            | FailedPrecondition
-    );
-    (format!("{:?}: {}", status.code(), status.message()), fatal)
+    let kind = match status.code() {
+        DataLoss | InvalidArgument | OutOfRange | Unauthenticated | PermissionDenied
+        | FailedPrecondition => Kind::Fatal,
+        ResourceExhausted | Cancelled => Kind::Busy,
+        _ => Kind::Lost,
+    };
+    let sample = (status.code() == DataLoss)
+        .then(|| SampleFailure::from_details(status.details()))
+        .flatten();
+    Failure {
+        error: format!("{:?}: {}", status.code(), status.message()),
+        kind,
+        sample,
+    }
 }

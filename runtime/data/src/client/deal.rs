@@ -97,15 +97,17 @@ impl Dealer {
     }
 }
 
-/// The source to give `shard` to: alive, not behind, not making this shard already, with a
+/// The source to give `shard` to: alive, not behind, not resting, not making this shard already, with a
 /// free credit; the one with the most free credits.
 pub(super) fn free_source(sources: &[SourceState], shard: &ShardState) -> Option<usize> {
+    let now = std::time::Instant::now();
     sources
         .iter()
         .enumerate()
         .filter(|(i, s)| {
             s.alive
                 && s.behind.is_none()
+                && s.rested(now)
                 && s.inflight < s.credits()
                 && !shard.copies.iter().any(|c| c.source == *i)
         })

@@ -37,12 +37,28 @@ pub enum ClientError {
         /// What differs.
         message: String,
     },
+    /// A data server's pipeline failed in a way any server's would: a sample the user's code
+    /// fails on, a request no server can serve.
+    #[error("data host {host}: {message}")]
+    Data {
+        /// The host.
+        host: String,
+        /// What it said.
+        message: String,
+        /// The sample the user's code failed on, when that is why.
+        sample: Option<crate::failure::SampleFailure>,
+    },
     /// Every data server failed while the epoch still had shards.
     #[error("every data server failed; last error: {0}")]
     AllServersFailed(String),
     /// The local pipeline (hybrid input) failed on a sample, as any server would.
-    #[error("the local pipeline failed: {0}")]
-    Local(String),
+    #[error("the local pipeline failed: {message}")]
+    Local {
+        /// What failed.
+        message: String,
+        /// The sample the user's code failed on, when that is why.
+        sample: Option<crate::failure::SampleFailure>,
+    },
     /// The async runtime could not start.
     #[error("cannot start the client's runtime: {0}")]
     Runtime(#[from] std::io::Error),

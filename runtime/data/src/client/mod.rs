@@ -90,11 +90,14 @@ impl Client {
     /// ([`Batches::run_in_background`]).
     pub fn with_local(mut self, engine: Arc<dyn Batches>) -> Result<Client, ClientError> {
         if engine.samples_per_epoch() != self.samples_per_epoch() {
-            return Err(ClientError::Local(format!(
-                "this host's source has {} samples per epoch, the data servers' {}",
-                engine.samples_per_epoch(),
-                self.samples_per_epoch()
-            )));
+            return Err(ClientError::Local {
+                message: format!(
+                    "this host's source has {} samples per epoch, the data servers' {}",
+                    engine.samples_per_epoch(),
+                    self.samples_per_epoch()
+                ),
+                sample: None,
+            });
         }
         // The host's spare cycles only: training threads come first on a shared core.
         if let Err(e) = engine.run_in_background() {

@@ -18,7 +18,7 @@ use hetgen_pipeline::{Batch, InputConfig, Position};
 use tokio::sync::mpsc;
 
 use super::config::ClientConfig;
-use super::copy::Event;
+use super::copy::{Event, Failure, Kind};
 use super::counts::SourceCounts;
 use super::deal::Dealer;
 use super::error::ClientError;
@@ -150,17 +150,17 @@ impl Scheduler {
                 Event::Failed {
                     source,
                     shard,
-                    error,
-                    fatal,
+                    failure,
                     held_up,
-                } if held_up && !fatal => self.held_up(&mut epoch, shard, source, error),
+                } if held_up && failure.kind != Kind::Fatal => {
+                    self.held_up(&mut epoch, shard, source, failure.error)
+                }
                 Event::Failed {
                     source,
                     shard,
-                    error,
-                    fatal,
+                    failure,
                     ..
-                } => self.failed(&mut epoch, shard, source, error, fatal)?,
+                } => self.failed(&mut epoch, shard, source, failure)?,
             }
         }
     }
@@ -176,6 +176,8 @@ impl Scheduler {
     ) -> bool {
         let now = Instant::now();
         self.hedge.delivered(&mut self.sources, source, state, now);
+        // A source that delivers has room again: its refusals in a row are over.
+        self.sources[source].resting = None;
         if index < state.received {
             self.counts.duplicate();
             tracing::debug!(shard = state.id, index, "duplicate batch dropped");
@@ -225,26 +227,41 @@ impl Scheduler {
         epoch.requeue(index);
     }
 
-    /// `source`'s stream of shard `index` failed: the source is lost (or, `fatal`, the job:
-    /// any server would fail the same way), and the shard is queued again unless another copy
-    /// is streaming it.
+    /// `source`'s stream of shard `index` failed: the job fails when any source would fail
+    /// the same way; a busy source rests ([`SourceState::rest`]) and a failed one is lost.
+    /// The shard is queued again unless another copy is streaming it.
     fn failed(
         &mut self,
         epoch: &mut Epoch,
         index: usize,
         source: usize,
-        error: String,
-        fatal: bool,
+        failure: Failure,
     ) -> Result<(), ClientError> {
         let src = &mut self.sources[source];
         src.inflight -= 1;
         let host = src.name().to_owned();
-        if fatal {
+        let Failure {
+            error,
+            kind,
+            sample,
+        } = failure;
+        if kind == Kind::Busy && src.rest(Instant::now()) {
+            tracing::info!(%host, %error, "data server refused a stream for now; its shard goes elsewhere and it is asked again later");
+            self.last_error = format!("{host}: {error}");
+            epoch.shards[index].copies.retain(|c| c.source != source);
+            epoch.requeue(index);
+            return Ok(());
+        }
+        if kind == Kind::Fatal {
             return Err(match src.source {
-                Source::Local(_) => ClientError::Local(error),
-                Source::Remote(_) => ClientError::Mismatch {
+                Source::Local(_) => ClientError::Local {
+                    message: error,
+                    sample,
+                },
+                Source::Remote(_) => ClientError::Data {
                     host,
                     message: error,
+                    sample,
                 },
             });
         }

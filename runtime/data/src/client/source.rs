@@ -6,7 +6,7 @@
 //! index everywhere in the client.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hetgen_pipeline::Batches;
 
@@ -32,7 +32,19 @@ pub(super) struct SourceState {
     /// Since when a shard of it was overdue: it gets no new shards until it answers a
     /// heartbeat or delivers a batch after that (the hedging rule).
     pub(super) behind: Option<Instant>,
+    /// Until when it gets no new shards, having refused one for now ([`SourceState::rest`]),
+    /// and how many refusals in a row led there.
+    pub(super) resting: Option<(Instant, u32)>,
 }
+
+/// The first rest of a source that refused a stream for now; each refusal in a row doubles
+/// it, up to [`MAX_REST`].
+const FIRST_REST: Duration = Duration::from_millis(250);
+/// The longest rest.
+const MAX_REST: Duration = Duration::from_secs(8);
+/// Refusals in a row (about five minutes at [`MAX_REST`]) after which a source that keeps
+/// refusing counts as lost: its limits will not let this trainer in.
+const MAX_REFUSALS: u32 = 40;
 
 impl SourceState {
     pub(super) fn new(source: Source) -> Self {
@@ -41,7 +53,27 @@ impl SourceState {
             alive: true,
             inflight: 0,
             behind: None,
+            resting: None,
         }
+    }
+
+    /// It refused a stream for now at `now`: it rests, longer after each refusal in a row;
+    /// `false` once it has refused too often to count on.
+    pub(super) fn rest(&mut self, now: Instant) -> bool {
+        let refusals = self.resting.map_or(0, |(_, n)| n) + 1;
+        if refusals > MAX_REFUSALS {
+            return false;
+        }
+        let rest = FIRST_REST
+            .saturating_mul(1 << (refusals - 1).min(10))
+            .min(MAX_REST);
+        self.resting = Some((now + rest, refusals));
+        true
+    }
+
+    /// Whether it may be given a shard at `now`: not resting after a refusal.
+    pub(super) fn rested(&self, now: Instant) -> bool {
+        self.resting.is_none_or(|(until, _)| now >= until)
     }
 
     pub(super) fn name(&self) -> &str {

@@ -43,6 +43,9 @@ pub struct ServerConfig {
     /// The job's trainer hosts. A Shutdown naming one of them stops the server only once all
     /// have finished; empty: every Shutdown stops it at once.
     pub trainer_hosts: Vec<String>,
+    /// The job's trainer processes (ranks), when known: an id naming a rank at or above it is
+    /// refused, so that a caller cannot pose as more trainers than the job has.
+    pub world_size: Option<u32>,
     /// Bytes of batches in flight and request bodies arriving, all peers together
     /// (`budget`).
     pub memory_budget: u64,
@@ -94,6 +97,7 @@ impl ServerConfig {
             max_unacked_per_trainer: 4096,
             log_every: Duration::from_secs(10),
             trainer_hosts: Vec::new(),
+            world_size: None,
             memory_budget: budget::for_job(1, max_streams_per_trainer, 0),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE,

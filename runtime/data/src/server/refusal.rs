@@ -5,7 +5,7 @@
 
 use tonic::{Code, Status};
 
-use super::config::{MAX_BATCH_SIZE, MAX_RANK, MAX_SHARD_SAMPLES, MAX_TRAINER_ID, MAX_TRAINERS};
+use super::config::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES, MAX_TRAINER_ID, MAX_TRAINERS};
 use super::log_id::LogId;
 use crate::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
@@ -35,10 +35,15 @@ pub(crate) enum Refusal {
     #[error("trainer id `{}` is {} bytes; at most {MAX_TRAINER_ID}", LogId(.0), .0.len())]
     TrainerIdTooLong(String),
     #[error(
-        "trainer id `{}` names no trainer of this job: ids are `<trainer host>/rank-<0..={MAX_RANK}>` or `<trainer host>/launcher`, the trainer hosts {}",
+        "trainer id `{}` names no trainer of this job: ids are `<trainer host>/rank-<0..={last_rank}>` or `<trainer host>/launcher`, the trainer hosts {}",
         LogId(id), hosts.join(", ")
     )]
-    NotOurTrainer { id: String, hosts: Vec<String> },
+    NotOurTrainer {
+        id: String,
+        hosts: Vec<String>,
+        /// The job's last rank (`MAX_RANK` when its world size is not known).
+        last_rank: u32,
+    },
     #[error("`{}` is not a trainer host of this job ({})", LogId(host), hosts.join(", "))]
     NotOurHost { host: String, hosts: Vec<String> },
     #[error("this data server is shutting down")]
@@ -119,6 +124,8 @@ pub(crate) enum Refusal {
         epoch: u32,
         shard: u32,
         error: String,
+        /// The sample the user's code failed on, when it was one: sent in the status's details.
+        sample: Option<crate::failure::SampleFailure>,
     },
     #[error(
         "this data server is stopping: shard {shard} of epoch {epoch} ends after {sent} of {batches} batches"
@@ -171,6 +178,13 @@ impl Refusal {
 
 impl From<Refusal> for Status {
     fn from(refusal: Refusal) -> Status {
-        Status::new(refusal.code(), refusal.to_string())
+        let (code, message) = (refusal.code(), refusal.to_string());
+        match refusal {
+            Refusal::ShardFailed {
+                sample: Some(failure),
+                ..
+            } => Status::with_details(code, message, failure.to_details()),
+            _ => Status::new(code, message),
+        }
     }
 }

@@ -328,6 +328,7 @@ fn make(
                 epoch,
                 shard,
                 error: e.to_string(),
+                sample: crate::failure::SampleFailure::of(&e),
             })
         }
         Ok(()) => None,
