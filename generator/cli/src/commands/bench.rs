@@ -1,26 +1,35 @@
-//! `hetgen bench [SPEC]`: the job run locally three times with the same step count and the
-//! trainer host on the same cores (homogeneous, remote-only and hybrid, as
+//! `hetgen bench [SPEC]`: the job run locally three times with the same length and the
+//! trainer hosts on the same cores (homogeneous, remote-only and hybrid, as
 //! [`hetgen_local::bench`] runs them), then priced per step.
+//!
+//! A job with the built-in trainer runs the same step count each time; one with a script
+//! runs the script's own length, measured from the Loader's step lines. On AWS's PyTorch image
+//! each configuration's hosts start through the toolkit from a source bundle of its own
+//! (`bundles`), as `hetgen deploy --local` starts the job's.
 //!
 //! Hybrid's samples/s against the sum of the other two (`hybrid_ratio`) says how much of both
 //! sides' work it combines. Writes `bench.json` and `bench.svg` (step time, samples/s and stall
-//! per configuration).
+//! per configuration). With `--profile` each configuration also gets the samples/s and stall
+//! the profile's rates predict for it ([`predict`]), printed beside the measured ones.
 //!
 //! `--input-only` runs the trainer without its model (the launcher's `--input-only`): each
 //! configuration then measures its input's ceiling. On a CPU-only machine that is the fair
 //! comparison of where preprocessing runs, because a real model step would share the trainer
 //! host's cores with its own pipeline, which a GPU host's model does not.
 
-use std::path::Path;
+mod predict;
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use hetgen_local::bench::{BenchError, Configuration, Measurement, Runs, Setup};
-use hetgen_local::{Observer, StopRequests};
+use hetgen_local::{FrameworkRun, Observer, StopRequests};
 use serde::Serialize;
 
 use super::{build_launcher, ensure_fresh, render_spec};
 use crate::cli::{BenchArgs, Format};
 use crate::exit::Failure;
+use predict::{Predicted, Rates, Shape};
 
 /// One configuration's result: its measurement, priced.
 #[derive(Debug, Serialize)]
@@ -29,6 +38,8 @@ pub struct Config {
     pub measured: Measurement,
     pub price_per_hour: f64,
     pub cost_per_step: f64,
+    /// What `--profile`'s rates predict for this configuration; `null` without one.
+    pub predicted: Option<Predicted>,
 }
 
 /// `bench.json`.
@@ -36,7 +47,12 @@ pub struct Config {
 pub struct Bench {
     pub spec: String,
     pub job: String,
-    pub steps: u64,
+    /// The script, when the trainer is one; `null` for the built-in trainer.
+    pub script: Option<String>,
+    /// Steps per run of the built-in trainer; `null` for a script, which runs its own length.
+    pub steps: Option<u64>,
+    /// `--profile`, when given.
+    pub profile: Option<PathBuf>,
     /// The trainer ran no model (`--input-only`): samples/s are the input's ceiling.
     pub input_only: bool,
     pub homogeneous: Config,
@@ -58,11 +74,12 @@ pub struct Bench {
 
 impl Config {
     /// `measured` at the cluster's price per hour.
-    fn priced(measured: Measurement, price_per_hour: f64) -> Config {
+    fn priced(measured: Measurement, price_per_hour: f64, predicted: Option<Predicted>) -> Config {
         Config {
             cost_per_step: hetgen_plan::cost_per_step(price_per_hour, measured.mean_step_ms),
             price_per_hour,
             measured,
+            predicted,
         }
     }
 }
@@ -70,10 +87,13 @@ impl Config {
 impl Bench {
     fn new(args: &BenchArgs, job: &str, setup: &Setup, configs: [Config; 3]) -> Bench {
         let [homogeneous, heterogeneous, hybrid] = configs;
+        let script = setup.configurations[0].job.trainer.script();
         Bench {
             spec: args.spec.display().to_string(),
             job: job.to_owned(),
+            script: script.map(|s| s.script.clone()),
             steps: setup.steps,
+            profile: args.profile.clone(),
             input_only: setup.input_only,
             improvement: 1.0 - heterogeneous.cost_per_step / homogeneous.cost_per_step,
             speedup: homogeneous.measured.mean_step_ms / heterogeneous.measured.mean_step_ms,
@@ -94,9 +114,20 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
     let failure = |e| failure(args, e);
     let setup =
         Setup::new(&job, args.steps, args.trainer_cores, args.input_only).map_err(failure)?;
+    // Read before anything runs: a bad profile should not cost three runs.
+    let rates = match &args.profile {
+        Some(path) => Some(Rates::read(path, setup.input_only)?),
+        None => None,
+    };
     let job_root = args.out.join(&rendered.dir);
+    let on_image = job
+        .sagemaker
+        .as_ref()
+        .is_some_and(|sm| sm.framework.is_some());
     let launcher = match &args.launcher {
         Some(path) => hetgen_local::launcher::check_executable(path)?,
+        // AWS's image runs the toolkit, which runs the bundle's wheel: nothing to build.
+        None if on_image => PathBuf::new(),
         None => build_launcher(&job_root, args.release)?,
     };
     let runs = Runs {
@@ -109,13 +140,23 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
         spec_dir: super::spec_dir(&args.spec).to_owned(),
         caller_env: std::env::vars().collect(),
     };
+    // Every bundle before any run, so that none can hold another configuration's run.
+    let frameworks = match on_image {
+        true => bundles(args, &setup, &job_root)?,
+        false => vec![None; setup.configurations.len()],
+    };
 
-    let run_one = |configuration: &Configuration| -> Result<Config, Failure> {
-        let local = setup.prepare(configuration, &runs).map_err(failure)?;
+    let run_one = |configuration: &Configuration, framework| -> Result<Config, Failure> {
+        let local = setup
+            .prepare(configuration, &runs, framework)
+            .map_err(failure)?;
+        let length = match setup.steps {
+            Some(steps) => format!("{steps} steps"),
+            None => "the script's own length".to_owned(),
+        };
         eprintln!(
-            "bench: {} run, {} steps ({} host(s))",
+            "bench: {} run, {length} ({} host(s))",
             configuration.name,
-            setup.steps,
             local.commands.len()
         );
         let mut quiet = Quiet::default();
@@ -127,7 +168,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
                 &mut quiet,
             )
             .map_err(|e| {
-                if let BenchError::Incomplete(_) = e {
+                if let BenchError::Incomplete(_) | BenchError::FewStepLines { .. } = e {
                     for line in &quiet.tail {
                         eprintln!("{line}");
                     }
@@ -135,16 +176,85 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode, Failure> {
                 failure(e)
             })?;
         let price = hetgen_plan::cluster_price(&configuration.job, None)?;
-        Ok(Config::priced(measured, price))
+        let predicted = rates.map(|r| predict::predict(&r, &shape(configuration, &measured)));
+        Ok(Config::priced(measured, price, predicted))
     };
-    let [homogeneous, remote_only, hybrid] = &setup.configurations;
-    let configs = [
-        run_one(homogeneous)?,
-        run_one(remote_only)?,
-        run_one(hybrid)?,
-    ];
+    let mut configs = Vec::new();
+    for (configuration, framework) in setup.configurations.iter().zip(frameworks) {
+        configs.push(run_one(configuration, framework)?);
+    }
+    let configs: [Config; 3] = configs.try_into().expect("three configurations");
     let bench = Bench::new(args, &job.name, &setup, configs);
     write(&runs.results, &bench, args)
+}
+
+/// `configuration` as [`predict`] sees it.
+fn shape(configuration: &Configuration, measured: &Measurement) -> Shape {
+    let cores = u32::try_from(measured.trainer_cores.len()).unwrap_or(u32::MAX);
+    Shape {
+        trainer_cores: measured.trainer_cores.len(),
+        data_cores: measured.data_cores.len(),
+        trainer_processes: measured.trainer_processes,
+        trainer_pipeline: configuration.job.trainer_threads(cores) > 0,
+    }
+}
+
+/// Each configuration's source bundle, for a job on AWS's PyTorch image: its job rendered as
+/// `hetgen render` renders the spec's (the entry point, `requirements.txt`, `job.json`) into
+/// `OUT/<job>/bench-bundles/<configuration>/` and bundled there as `hetgen deploy --local`
+/// bundles the spec's job, so that each run's `hetgen-job.json` is its configuration's job
+/// (the homogeneous one without data groups).
+fn bundles(
+    args: &BenchArgs,
+    setup: &Setup,
+    job_root: &Path,
+) -> Result<Vec<Option<FrameworkRun>>, Failure> {
+    let text = std::fs::read_to_string(&args.spec).map_err(|source| Failure::Read {
+        path: args.spec.clone(),
+        hint: "check that the file is readable".to_owned(),
+        source,
+    })?;
+    let origin = hetgen_render::SpecOrigin {
+        file_name: super::file_name(&args.spec),
+        text: &text,
+    };
+    let wheel = super::wheel_path(&args.wheel, &setup.configurations[0].job, &args.out)?;
+    let mut out = Vec::new();
+    for configuration in &setup.configurations {
+        let job = &configuration.job;
+        let Some(sm) = &job.sagemaker else {
+            out.push(None);
+            continue;
+        };
+        let dir = job_root.join("bench-bundles").join(configuration.name);
+        let rendered = hetgen_render::render(job, origin)?;
+        for file in &rendered.files {
+            if file.path == hetgen_env::JOB_FILE_NAME || file.path.starts_with("bundle/") {
+                let path = dir.join(&file.path);
+                let written = path
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::write(&path, &file.contents));
+                written.map_err(|e| Failure::Bench {
+                    spec: args.spec.clone(),
+                    why: format!("cannot write {}: {e}", path.display()),
+                    hint: format!("`{}` must be writable", args.out.display()),
+                })?;
+            }
+        }
+        let inputs = hetgen_render::bundle::Inputs {
+            job,
+            spec_dir: super::spec_dir(&args.spec),
+            out_dir: &args.out,
+            wheel: &wheel,
+        };
+        let bundle = hetgen_render::bundle::bundle(&inputs, &dir)?;
+        out.push(Some(FrameworkRun {
+            bundle: std::path::absolute(&bundle.archive).unwrap_or(bundle.archive),
+            hyperparameters: hetgen_render::request::hyperparameters(job, sm),
+        }));
+    }
+    Ok(out)
 }
 
 /// Writes `bench.json` and `bench.svg` into `results` and prints the results.
@@ -201,41 +311,72 @@ impl Observer for Quiet {
 }
 
 fn table(b: &Bench) -> String {
+    let predicted = b.profile.is_some();
+    // With a profile, each measured figure has its prediction beside it.
+    let beside = |measured: String, predicted_text: Option<String>| match predicted_text {
+        Some(p) => format!("{measured} {p:>10}"),
+        None => measured,
+    };
+    let header = |text: &str| predicted.then(|| text.to_owned());
     let mut out = format!(
-        "{:<14} {:>9} {:>9} {:>14} {:>10} {:>16} {:>12} {:>7}\n",
+        "{:<14} {:>9} {:>6} {:>9} {:>14} {} {} {:>16} {:>12}\n",
         "configuration",
         "instances",
+        "cores",
         "$/h",
         "mean step ms",
-        "samples/s",
+        beside(format!("{:>10}", "samples/s"), header("predicted")),
+        beside(format!("{:>7}", "stall"), header("predicted")),
         "cost per step $",
         "improvement",
-        "stall"
     );
     for (c, improvement) in [
         (&b.homogeneous, 0.0),
         (&b.heterogeneous, b.improvement),
         (&b.hybrid, b.hybrid_improvement),
     ] {
+        let m = &c.measured;
+        let p = c.predicted.as_ref();
         out += &format!(
-            "{:<14} {:>9} {:>9.3} {:>14.2} {:>10.0} {:>16.3e} {:>11.1}% {:>6.1}%\n",
-            c.measured.configuration,
-            c.measured.instances,
+            "{:<14} {:>9} {:>6} {:>9.3} {:>14.2} {} {} {:>16.3e} {:>11.1}%\n",
+            m.configuration,
+            m.instances,
+            format!("{}+{}", m.trainer_cores.len(), m.data_cores.len()),
             c.price_per_hour,
-            c.measured.mean_step_ms,
-            c.measured.samples_per_s,
+            m.mean_step_ms,
+            beside(
+                format!("{:>10.0}", m.samples_per_s),
+                p.map(|p| format!("{:.0}", p.samples_per_s))
+            ),
+            beside(
+                format!("{:>6.1}%", m.stall_fraction * 100.0),
+                p.map(|p| format!("{:.1}%", p.stall_fraction * 100.0))
+            ),
             c.cost_per_step,
             improvement * 100.0,
-            c.measured.stall_fraction * 100.0
         );
     }
+    let cores = |c: &[usize]| format!("{c:?}");
+    out += &format!(
+        "cores: trainer hosts' + data hosts' (trainer on {}, data on {})\n",
+        cores(&b.hybrid.measured.trainer_cores),
+        cores(&b.hybrid.measured.data_cores)
+    );
+    let length = match (&b.script, b.steps) {
+        (Some(script), _) => format!(
+            "`{script}` ran its own length; steps measured after the Loader's first step line: \
+             {}, {}, {}",
+            b.homogeneous.measured.steps, b.heterogeneous.measured.steps, b.hybrid.measured.steps
+        ),
+        (None, Some(steps)) => format!("{steps} steps each"),
+        (None, None) => String::new(),
+    };
     out + &format!(
         "speed-up {:.2}× remote-only, {:.2}× hybrid; hybrid makes {:.2}× the samples/s of \
-         homogeneous and remote-only together; {} steps each{}\n",
+         homogeneous and remote-only together; {length}{}\n",
         b.speedup,
         b.hybrid_speedup,
         b.hybrid_ratio,
-        b.steps,
         if b.input_only {
             " (input only: no model ran)"
         } else {

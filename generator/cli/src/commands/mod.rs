@@ -209,6 +209,23 @@ pub fn spinner() -> ProgressBar {
     bar
 }
 
+/// The profile file at `path` (`hetgen profile` writes it) read as `T`: the part a command
+/// uses, or where and why it is not one.
+pub fn read_profile_as<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Failure> {
+    let bad = |why: String, hint: &str| Failure::Profile {
+        path: path.to_owned(),
+        why,
+        hint: hint.to_owned(),
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(e.to_string(), "write one with `hetgen profile`"))?;
+    serde_json::from_str(&text).map_err(|e| {
+        let why = hetgen_env::json_error_message(&e);
+        let why = format!("line {}, column {}: {why}", e.line(), e.column());
+        bad(why, "write it again with `hetgen profile`")
+    })
+}
+
 /// What `hetgen plan --profile` reads of a profile file; `hetgen profile` writes the whole.
 #[derive(Debug, Deserialize)]
 struct ProfileRates {
@@ -246,23 +263,11 @@ pub fn read_profile(path: &Path) -> Result<Profiled, Failure> {
         why,
         hint: hint.to_owned(),
     };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(e.to_string(), "write one with `hetgen profile`"))?;
-    let profile: ProfileRates = serde_json::from_str(&text).map_err(|e| {
-        bad(
-            format!(
-                "line {}, column {}: {}",
-                e.line(),
-                e.column(),
-                hetgen_env::json_error_message(&e)
-            ),
-            "write it again with `hetgen profile`",
-        )
-    })?;
+    let profile: ProfileRates = read_profile_as(path)?;
     let vcpus_per_gpu = profile.vcpus_per_gpu.ok_or_else(|| {
         bad(
             "it has no `vcpus_per_gpu`".to_owned(),
-            "run `hetgen profile --trainer` (your script timed here) or `hetgen profile --gpu-samples-per-s N` with the rate one GPU trains at",
+            "give the rate one GPU trains at: `--gpu-samples-per-s N`, or `--trainer` to time the job's script here (`hetgen profile`)",
         )
     })?;
     let rate = profile.samples_per_s / profile.threads.max(1) as f64;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod aws;
+mod bench;
 mod completions;
 mod fixture;
 mod http;
