@@ -68,14 +68,19 @@ output_path = "s3://example-bucket/output/"
 """
 
 
-def job(tmp_path: Path, factory: str, batch: int = 16) -> Path:
-    """A job folder: the spec, the dataset's file, the script and an empty data folder."""
+def job(tmp_path: Path, factory: str, batch: int = 16, args: list[str] = ()) -> Path:
+    """A job folder: the spec (the script run with `args`), the dataset's file, the script and
+    an empty data folder."""
     folder = tmp_path / factory
     folder.mkdir()
     (folder / "data").mkdir()
     shutil.copy(DATASETS / "sizing.py", folder)
     shutil.copy(SCRIPTS / "train_sizing.py", folder)
-    (folder / "hetgen.toml").write_text(SPEC.format(factory=factory, batch=batch))
+    spec = SPEC.format(factory=factory, batch=batch)
+    if args:
+        spec = spec.replace('script = "train_sizing.py"',
+                            f'script = "train_sizing.py"\nargs = {json.dumps(list(args))}')
+    (folder / "hetgen.toml").write_text(spec)
     return folder
 
 
@@ -221,11 +226,7 @@ def test_a_dataset_that_raises_fails_the_profile_naming_the_sample(tmp_path):
 
 
 def test_a_script_that_fails_fails_the_trainer_profile_with_its_output(tmp_path):
-    folder = job(tmp_path, "make_cheap")
-    text = (folder / "hetgen.toml").read_text()
-    (folder / "hetgen.toml").write_text(
-        text.replace('script = "train_sizing.py"', 'script = "train_sizing.py"\nargs = ["--fail"]')
-    )
+    folder = job(tmp_path, "make_cheap", args=["--fail"])
     done = hetgen(folder, "profile", "--python", sys.executable, "--trainer", "--seconds", "1")
     assert done.returncode == 1, done.stderr
     assert "`train_sizing.py` failed" in done.stderr, done.stderr
@@ -238,11 +239,7 @@ def test_a_script_that_needs_a_gpu_is_told_this_machine_has_none(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    folder = job(tmp_path, "make_cheap")
-    text = (folder / "hetgen.toml").read_text()
-    (folder / "hetgen.toml").write_text(
-        text.replace('script = "train_sizing.py"', 'script = "train_sizing.py"\nargs = ["--cuda"]')
-    )
+    folder = job(tmp_path, "make_cheap", args=["--cuda"])
     done = hetgen(folder, "profile", "--python", sys.executable, "--trainer", "--seconds", "1")
     assert done.returncode == 1, done.stderr
     said = " ".join(w for w in done.stderr.split() if w != "│")
