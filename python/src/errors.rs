@@ -91,7 +91,9 @@ pub(crate) fn to_py(error: &(dyn std::error::Error + 'static)) -> PyErr {
     let message = error.to_string();
     if let Some(e) = error.downcast_ref::<ClientError>() {
         return match e {
-            ClientError::Unreachable { .. } => ConnectError::new_err(message),
+            ClientError::Unreachable { .. } | ClientError::StillBuilding { .. } => {
+                ConnectError::new_err(message)
+            }
             ClientError::Handshake { .. } | ClientError::Mismatch { .. } => {
                 HandshakeError::new_err(message)
             }

@@ -251,7 +251,8 @@ def test_a_batch_that_kills_every_worker_fails_the_job_with_the_reason(dataset_c
     (cluster.data_folder / "always-33").touch()
     use(monkeypatch, cluster)
     message = epoch_failure()
-    assert "died 3 times" in message and "SIGKILL" in message, message
+    assert "sample 33 kills the Python worker that makes it" in message, message
+    assert "SIGKILL" in message, message
 
 
 def test_a_module_that_does_not_import_fails_the_data_host_at_start(dataset_cluster):

@@ -21,16 +21,16 @@ pub struct SampleFailure {
 }
 
 impl SampleFailure {
-    /// The sample failure `error` is, if it is one.
+    /// The sample failure `error` is, if it blames one.
     pub fn of(error: &PipelineError) -> Option<SampleFailure> {
-        match error {
-            PipelineError::Sample { sample, stage, why } => Some(SampleFailure {
-                sample: *sample,
-                stage: stage.clone(),
-                why: why.clone(),
-            }),
-            _ => None,
-        }
+        // Whatever the error blames a sample for: an exception, a deadline, a crash.
+        error
+            .blamed_sample()
+            .map(|(sample, stage, why)| SampleFailure {
+                sample,
+                stage: stage.to_owned(),
+                why,
+            })
     }
 
     /// As a status's details.

@@ -11,7 +11,7 @@ use hetgen_spec::model::Job;
 use crate::job::{data_hosts, data_port, trainer_hosts};
 use crate::server::{
     IDLE_VAR, MAX_CONNECTIONS_VAR, MEMORY_VAR, STALL_VAR, ServeError, ServerConfig, StopReason,
-    serve,
+    answer_while_building, serve,
 };
 use hetgen_env::VariableError;
 
@@ -132,6 +132,35 @@ pub fn run_data_role(
         .lookup(env.host())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let address = SocketAddr::new(ip, port);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("hetgen-server")
+        .enable_all()
+        .build()
+        .map_err(RoleError::Runtime)?;
+    let bind = |source| RoleError::Bind { address, source };
+    // The port answers from the start, "still building" until the pipeline is built
+    // (`server::answer_while_building`), then the server proper takes over its socket.
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(address))
+        .and_then(|l| l.into_std())
+        .map_err(bind)?;
+    let (built, building) = tokio::sync::oneshot::channel::<()>();
+    let answering = {
+        let listener = listener.try_clone().map_err(bind)?;
+        runtime.spawn(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    // Built or failed (the sender dropped), the answers end.
+                    answer_while_building(listener, async move {
+                        let _ = building.await;
+                    })
+                    .await;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot answer while the dataset builds"),
+            }
+        })
+    };
     let engine = hetgen_pipeline::open(
         job,
         registry,
@@ -139,6 +168,8 @@ pub fn run_data_role(
         job.pipeline.threads.map(|t| t as usize),
         &crate::input::python_setup(Some(env)),
     )?;
+    let _ = built.send(());
+    let _ = runtime.block_on(answering);
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     config.trainer_hosts = trainer_hosts(job, env);
     config.peers = data_hosts(job, env)
@@ -159,18 +190,12 @@ pub fn run_data_role(
     config.budget_for_job(ranks, job.pipeline.batch_size, engine.sample_bytes());
     limits_from_env(&mut config)?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("hetgen-server")
-        .enable_all()
-        .build()
-        .map_err(RoleError::Runtime)?;
     runtime.block_on(async move {
-        // Handlers first: once the port answers, SIGTERM stops the server cleanly.
+        // Handlers first: once the server serves, SIGTERM stops it cleanly. (While the
+        // pipeline builds, SIGTERM ends the process at once, as SIGKILL does: the workers
+        // and their shared memory go with it, see `hetgen_pipeline::python`.)
         let stop = stop_signal();
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| RoleError::Bind { address, source })?;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(bind)?;
         Ok(serve(engine, config, listener, stop).await?)
     })
 }

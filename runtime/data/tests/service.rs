@@ -1083,15 +1083,15 @@ async fn partial_shard_request(
 #[test]
 fn request_bodies_hold_the_budget_they_sent_not_the_size_they_declare() {
     let job = job();
-    // Room for one stream of 16-sample batches (13 KiB); the four bodies declare 24 KiB.
-    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 20 << 10);
+    // Five bodies declare 16 MiB each, more than the 64 MiB the bodies' budget holds.
+    let server = TestServer::start(&job, "algo-1", |_| {});
     let (rt, mut client) = raw_client(&server, TOKEN);
-    let _peers: Vec<_> = (0..4)
-        .map(|_| rt.block_on(partial_shard_request(&server, 6 << 10, 12)))
+    let _peers: Vec<_> = (0..5)
+        .map(|_| rt.block_on(partial_shard_request(&server, 16 << 20, 12)))
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    // The trainer's stream fits at once: the four bodies hold the 12 bytes each sent. Once
-    // they reserved what they declared, and it waited for their deadline.
+    // The trainer's request is read at once: the five bodies hold the 12 bytes each sent. Had
+    // they reserved what they declared, it would wait for their deadline.
     let started = Instant::now();
     let mut stream = rt
         .block_on(client.stream_shard(shard_of("algo-1/rank-0", 0, 16)))
@@ -1101,6 +1101,37 @@ fn request_bodies_hold_the_budget_they_sent_not_the_size_they_declare() {
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the stream waited {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_request_is_read_at_once_with_the_data_budget_full_of_stalled_streams() {
+    let job = job();
+    // Three stalled streams of 16-sample batches (13 KiB each) fill the data budget but for
+    // 1000 bytes, less than a 600-id request's body (1.2 KiB) and more than a stream of
+    // 1-sample batches (832 bytes). The request is read from the bodies' own budget, so that
+    // stream opens at once; were bodies reserved from the data budget, the request would wait
+    // 10 s and be refused for its body.
+    let stream = 4 * 16 * (192 + 16);
+    let server = TestServer::start(&job, "algo-1", |c| c.memory_budget = 3 * stream + 1000);
+    let (rt, mut client) = stalling_client(&server);
+    let _stalled: Vec<_> = (0..3)
+        .map(|shard| {
+            rt.block_on(client.stream_shard(shard_of("a", shard, 16)))
+                .unwrap()
+                .into_inner()
+        })
+        .collect();
+    let started = Instant::now();
+    let mut served = rt
+        .block_on(client.stream_shard(shard_of("b", 3, 1)))
+        .unwrap()
+        .into_inner();
+    assert!(rt.block_on(served.message()).unwrap().is_some());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the request waited {:?}",
         started.elapsed()
     );
 }

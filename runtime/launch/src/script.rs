@@ -12,24 +12,29 @@
 //! needs in the environment it inherits (`SAGEMAKER_BASE_DIR`, `HETGEN_*`, `SM_*`), and
 //! `torchrun` adds `RANK`, `WORLD_SIZE`, `LOCAL_RANK`.
 //!
-//! `torchrun` runs in its own process group: SIGTERM or SIGINT to the launcher (how SageMaker
-//! stops a job) is passed to the whole group. When the script ends, however it ends, this host
-//! tells the data servers it finished; a server stops once every trainer host has (or at once
-//! when one failed), so one slow host is never cut off by a fast one, and no data instance
-//! bills after training. The script's exit status becomes the launcher's, and its last error
-//! lines the job's failure reason.
+//! `torchrun` runs in its own process group. SIGTERM or SIGINT to the launcher (how SageMaker
+//! stops a job) goes to the script's processes, whose status then becomes the host's
+//! ([`stop`]). When the script ends, however it ends, this host tells the data servers it
+//! finished; a server stops once every trainer host has (or at once when one failed), so one
+//! slow host is never cut off by a fast one, and no data instance bills after training. A rank
+//! that outlives the data servers is ended ([`linger`]). The script's exit status becomes the
+//! launcher's, and its own exception the job's failure reason ([`failure`]).
+
+mod failure;
+mod linger;
+mod stop;
+mod workers;
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, Command, ExitStatus, Stdio};
+use std::process::{ChildStderr, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hetgen_data::client::tell_job_finished;
 use hetgen_data::job::{data_hosts, resolve_blocking};
-use hetgen_env::process::Signal;
 use hetgen_env::{Env, VariableError};
 use hetgen_pipeline::BoxError;
 use hetgen_spec::kube;
@@ -38,23 +43,11 @@ use hetgen_spec::{Catalog, Efa};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+pub use failure::ScriptFailed;
+pub use linger::{LINGER_VAR, Lingered};
+
 /// Lines of the script's stderr kept to find its error in.
 const TAIL_LINES: usize = 200;
-/// Lines of that tail shown when no Python exception is found in it.
-const SHOWN_LINES: usize = 12;
-/// SageMaker shows at most 1024 characters of a failure reason; leave room for the prefix.
-const TAIL_CHARS: usize = 800;
-
-/// The script failed: its exit status (128 + N for signal N) and what it last printed.
-#[derive(Debug, thiserror::Error)]
-#[error("training script `{script}` {how}{tail}")]
-pub struct ScriptFailed {
-    /// The status the launcher exits with.
-    pub code: u8,
-    script: String,
-    how: String,
-    tail: String,
-}
 
 /// Run this host's share of the script, with `more_args` after the spec's `args`, and tell the
 /// data servers when it is over.
@@ -90,13 +83,16 @@ pub fn run(
     // handler, unlike an ignored signal, does not outlive `exec`), whatever this process
     // inherited (on AWS's image it inherits both ignored).
     let signals = Signals::new([SIGTERM, SIGINT])?;
+    let linger = linger::Setting::of(job, env)?;
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start torchrun (is PyTorch installed in the image?): {e}"))?;
-    let signals = forward_first_signal(signals, child.id());
+    let stop = stop::Stop::pass_on(signals, child.id());
+    let linger = linger.map(|setting| setting.watch(&script.script, child.id()));
     let copier = copy_stderr(child.stderr.take().expect("stderr is piped"));
     let status = child.wait()?;
-    signals.close();
+    let stopped = stop.close();
+    let lingered = linger.and_then(linger::Watch::finish);
     let tail = copier.join().unwrap_or_default();
 
     let failed = !status.success();
@@ -110,13 +106,29 @@ pub fn run(
     // is gone (the whole job is being stopped, or another host failed) or frozen, and the
     // message waits for it in its socket.
     tell_data_servers(job, env, failed, &reason, Duration::from_secs(1));
+    if let Some(lingered) = lingered {
+        return Err(Box::new(lingered));
+    }
     if !failed {
         return Ok(format!(
-            "training script finished ({} host(s) × {} process(es))",
-            rendezvous.nodes, rendezvous.processes
+            "training script finished ({} host(s) × {} process(es)){}",
+            rendezvous.nodes,
+            rendezvous.processes,
+            match stopped {
+                Some(signal) => format!(" after the job was stopped ({signal})"),
+                None => String::new(),
+            }
         ));
     }
-    Err(Box::new(ScriptFailed::new(&script.script, status, tail)))
+    // What the launcher writes before the error in the failure file (`crate::launch_with`).
+    let prefix = format!("{} ({}): ", env.host(), env.group());
+    Err(Box::new(ScriptFailed::new(
+        &script.script,
+        status,
+        tail,
+        &prefix,
+        stopped,
+    )))
 }
 
 /// Where this host meets the trainer group's others.
@@ -375,6 +387,11 @@ fn torchrun(
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stderr(Stdio::piped());
+    // The platform's grace between SIGTERM and SIGKILL, for when torchrun passes a signal on
+    // itself ([`stop`]); the job's own setting wins.
+    if std::env::var_os(stop::TORCHRUN_GRACE_VAR).is_none() {
+        command.env(stop::TORCHRUN_GRACE_VAR, stop::PLATFORM_GRACE_S.to_string());
+    }
     // What the training toolkit's torchrun runner would set; the job's environment wins.
     for (var, value) in collective_environment(env) {
         if std::env::var_os(var).is_none() {
@@ -414,84 +431,6 @@ fn copy_stderr(stderr: ChildStderr) -> JoinHandle<VecDeque<String>> {
         }
         tail
     })
-}
-
-impl ScriptFailed {
-    /// `script` ended with `status` (not a success), having last printed `tail`.
-    fn new(script: &str, status: ExitStatus, tail: VecDeque<String>) -> Self {
-        use std::os::unix::process::ExitStatusExt;
-        let (code, how) = match (status.code(), status.signal()) {
-            (Some(code), _) => (
-                code.clamp(1, 255) as u8,
-                format!("exited with status {code}"),
-            ),
-            (None, Some(signal)) => (
-                (128 + signal).clamp(1, 255) as u8,
-                format!("was killed by signal {signal}"),
-            ),
-            (None, None) => (1, "failed".to_owned()),
-        };
-        let lines: Vec<String> = tail.into_iter().collect();
-        let mut text = script_error(&lines);
-        if text.len() > TAIL_CHARS {
-            let mut cut = text.len() - TAIL_CHARS;
-            while !text.is_char_boundary(cut) {
-                cut += 1;
-            }
-            text = format!("…{}", &text[cut..]);
-        }
-        Self {
-            code,
-            script: script.to_owned(),
-            how,
-            tail: if text.is_empty() {
-                String::new()
-            } else {
-                format!(":\n{text}")
-            },
-        }
-    }
-}
-
-/// What the failure reason shows of the script's stderr: its own error, the last Python
-/// exception line with the `File "…", line N` it was raised at, rather than the
-/// `ChildFailedError` banner torchrun prints around it; the last lines when there is none.
-fn script_error(lines: &[String]) -> String {
-    // torchrun may prefix a worker's lines with `[rankN]:`.
-    let bare = |line: &str| -> String {
-        let line = line.trim_start();
-        match line.strip_prefix("[rank").and_then(|r| r.split_once("]:")) {
-            Some((rank, rest)) if rank.chars().all(|c| c.is_ascii_digit()) => {
-                rest.trim().to_owned()
-            }
-            _ => line.trim_end().to_owned(),
-        }
-    };
-    let is_exception = |line: &str| {
-        let Some((name, _)) = line.split_once(':') else {
-            return false;
-        };
-        let last = name.rsplit('.').next().unwrap_or(name);
-        !name.contains(' ')
-            && !name.is_empty()
-            && (last.ends_with("Error") || last.ends_with("Exception") || last == "KeyboardInterrupt")
-            // torchrun's own summary of a failed worker, not the script's error.
-            && last != "ChildFailedError"
-    };
-    let Some(at) = lines.iter().rposition(|l| is_exception(&bare(l))) else {
-        let from = lines.len().saturating_sub(SHOWN_LINES);
-        return lines[from..].join("\n");
-    };
-    let place = lines[..at]
-        .iter()
-        .rev()
-        .map(|l| bare(l))
-        .find(|l| l.starts_with("File \""));
-    place
-        .into_iter()
-        .chain([bare(&lines[at])])
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The collective back ends' settings for this host, as AWS's training toolkit sets them for
@@ -558,27 +497,6 @@ fn tell_data_servers(job: &Job, env: &Env, failed: bool, reason: &str, patience:
     }
 }
 
-/// The first SIGTERM or SIGINT to the launcher goes to `torchrun`'s whole process group; later
-/// ones are the same stop said again (the container's start repeats SIGTERM every second until
-/// its processes are gone), and a second signal to torchrun would cut short its wait for the
-/// workers, leaving the script's SIGTERM handler to finish unwatched.
-fn forward_first_signal(mut signals: Signals, group: u32) -> signal_hook::iterator::Handle {
-    let handle = signals.handle();
-    std::thread::spawn(move || {
-        if let Some(signal) = signals.forever().next() {
-            tracing::info!(signal, "passing the signal to the training script");
-            // The group is torchrun's, which this process started and has not yet reaped.
-            if let Some(signal) = Signal::from_named_raw(signal) {
-                let _ = hetgen_env::process::signal_group(group, signal);
-            }
-        }
-        // The handlers stay installed until the launcher closes them: a repeat is taken, not
-        // left to the default action, which would end the launcher before the script.
-        for _ in signals.forever() {}
-    });
-    handle
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -605,39 +523,6 @@ mod tests {
             channels: BTreeMap::new(),
             channel_dirs: BTreeMap::new(),
         }
-    }
-
-    #[test]
-    fn the_failure_names_the_script_s_error_not_torchrun_s_banner() {
-        let stderr = r#"[rank1]: Traceback (most recent call last):
-[rank1]:   File "/opt/ml/code/train.py", line 6, in <module>
-[rank1]:     raise RuntimeError("rank 1 gives up on purpose")
-[rank1]: RuntimeError: rank 1 gives up on purpose
-E1204 13:00:00.000000 100 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1)
-Traceback (most recent call last):
-  File "/venv/bin/torchrun", line 8, in <module>
-    sys.exit(main())
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-/opt/ml/code/train.py FAILED
-------------------------------------------------------------"#;
-        let lines: Vec<String> = stderr.lines().map(str::to_owned).collect();
-        assert_eq!(
-            script_error(&lines),
-            "File \"/opt/ml/code/train.py\", line 6, in <module>\n\
-             RuntimeError: rank 1 gives up on purpose"
-        );
-        // Without a Python exception, the last lines.
-        let plain: Vec<String> = (0..20).map(|i| format!("line {i}")).collect();
-        assert_eq!(script_error(&plain).lines().next(), Some("line 8"));
-        let dotted = vec![
-            "  File \"x.py\", line 2, in f".to_owned(),
-            "my.pkg.BadInputError: no".to_owned(),
-        ];
-        assert_eq!(
-            script_error(&dotted),
-            "File \"x.py\", line 2, in f\nmy.pkg.BadInputError: no"
-        );
     }
 
     /// The collective settings of a host of `instance_type` on `interface`, as `NAME=value`.

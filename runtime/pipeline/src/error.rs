@@ -102,19 +102,68 @@ pub enum PipelineError {
         /// The traceback or the reason.
         message: String,
     },
-    /// A batch killed the worker making it, time after time.
+    /// One sample kills the Python worker that makes it: its batch's, and then workers making
+    /// it alone.
     #[error(
-        "the Python worker died {deaths} times making the batch of samples {first}..={last} (last: {how}); a sample of it crashes the process (memory? native code?)"
+        "sample {sample} kills the Python worker that makes it: the worker died {deaths} times, making the sample's batch and then the sample alone (last: {how}); look for a crash in native code that `__getitem__` calls, or for the memory this sample takes"
     )]
     WorkerDied {
-        /// Deaths in a row.
+        /// Deaths in all, of the batch's worker and of those making the sample alone.
         deaths: u32,
         /// How the last one ended.
         how: String,
-        /// The batch's first sample id.
-        first: u64,
-        /// Its last.
-        last: u64,
+        /// The sample.
+        sample: u64,
+    },
+    /// A batch kills the Python worker that makes it, though none of its samples alone does.
+    #[error(
+        "the Python worker died {deaths} times making the batch of samples {samples} (last: {how}), though none of them alone kills it: the batch as a whole does (its memory: a smaller `batch_size`; with SIGBUS, a bigger `/dev/shm`), or something outside the dataset kills the workers"
+    )]
+    BatchDied {
+        /// Deaths in all.
+        deaths: u32,
+        /// How the last one ended.
+        how: String,
+        /// The batch's sample ids (the first few, with a count of the rest).
+        samples: String,
+    },
+    /// A sample's `__getitem__` outlasted the per-sample deadline.
+    #[error(
+        "sample {sample}: `__getitem__` took longer than {seconds} s (`{var}`), so its worker was stopped; where it was:\n{stack}"
+    )]
+    SampleTimeout {
+        /// The sample id.
+        sample: u64,
+        /// The deadline.
+        seconds: f64,
+        /// The variable that sets it.
+        var: &'static str,
+        /// The worker's Python stack at the deadline, from the user's frames.
+        stack: String,
+    },
+    /// A worker outlasted the deadline outside any one sample (collating a batch).
+    #[error(
+        "{stage} took longer than {seconds} s (`{var}`), so its Python worker was stopped; where it was:\n{stack}"
+    )]
+    Timeout {
+        /// What it was doing.
+        stage: String,
+        /// The deadline.
+        seconds: f64,
+        /// The variable that sets it.
+        var: &'static str,
+        /// The worker's Python stack at the deadline.
+        stack: String,
+    },
+    /// A setting of the pipeline's environment is not valid.
+    #[error("`{var}` is `{value}`; it must be {expected}")]
+    Setting {
+        /// The environment variable.
+        var: &'static str,
+        /// What it says.
+        value: String,
+        /// What it may say.
+        expected: &'static str,
     },
     /// The image engine was asked to run a Python dataset.
     #[error(
@@ -124,4 +173,60 @@ pub enum PipelineError {
     /// The thread pool could not start.
     #[error("cannot start the pipeline's thread pool: {0}")]
     Pool(String),
+}
+
+impl PipelineError {
+    /// The sample this error blames, the stage it failed in, and why (the traceback, the stack
+    /// where it was stuck, how the workers making it died), when it blames one.
+    pub fn blamed_sample(&self) -> Option<(u64, &str, String)> {
+        match self {
+            PipelineError::Sample { sample, stage, why } => Some((*sample, stage, why.clone())),
+            PipelineError::SampleTimeout { sample, .. }
+            | PipelineError::WorkerDied { sample, .. } => {
+                // The message less its `sample N: ` (or `sample N `) opening.
+                let text = self.to_string();
+                let why = text
+                    .strip_prefix(&format!("sample {sample}"))
+                    .map(|rest| rest.trim_start_matches(':').trim_start())
+                    .unwrap_or(&text)
+                    .to_owned();
+                Some((*sample, "__getitem__", why))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_that_name_a_sample_blame_it_with_the_stage_and_why() {
+        let timeout = PipelineError::SampleTimeout {
+            sample: 45,
+            seconds: 2.0,
+            var: "HETGEN_SAMPLE_TIMEOUT_S",
+            stack: "  File \"data.py\", line 9 in __getitem__".into(),
+        };
+        let (sample, stage, why) = timeout.blamed_sample().unwrap();
+        assert_eq!((sample, stage), (45, "__getitem__"));
+        assert!(
+            why.starts_with("`__getitem__` took longer than 2 s"),
+            "{why}"
+        );
+        assert!(why.ends_with("line 9 in __getitem__"), "{why}");
+        let died = PipelineError::WorkerDied {
+            deaths: 3,
+            how: "killed by signal 11 (SIGSEGV: a crash in native code)".into(),
+            sample: 7,
+        };
+        assert!(
+            died.blamed_sample()
+                .unwrap()
+                .2
+                .starts_with("kills the Python worker")
+        );
+        assert!(PipelineError::Pool("x".into()).blamed_sample().is_none());
+    }
 }

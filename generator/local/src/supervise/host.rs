@@ -3,9 +3,11 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,19 +22,48 @@ const MAX_REASON: usize = 1024;
 
 /// What a host's threads tell the supervisor.
 pub(super) enum Event {
-    /// A line of host `i`'s output, without its newline.
-    Line(usize, Stream, String),
+    /// A line of host `i`'s output, without its newline, and where it was in its stream.
+    Line(usize, Stream, String, LineAt),
     /// One of a host's two streams ended.
     Eof,
     /// Host `i`'s process exited, at that moment.
     Exited(usize, std::io::Result<ExitStatus>, Instant),
 }
 
+/// When a line was read, and where it ended in its stream.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LineAt {
+    pub read_at: Instant,
+    /// The bytes of the stream up to the line's end.
+    pub end: u64,
+}
+
+/// How much of one of a host's output streams has been written: what the pump has read from
+/// the pipe and what waits in it. Taken before a signal is sent, it tells the lines the host
+/// wrote before the signal (those ending at or before it) from those it may have written
+/// because of it, whenever the pump gets to read them.
+pub(super) struct Tap {
+    /// The pipe's read end (a duplicate of the pump's).
+    pipe: OwnedFd,
+    /// Bytes the pump has read from it.
+    read: Arc<AtomicU64>,
+}
+
+impl Tap {
+    /// Bytes written to the stream so far, at least: the pipe's unread bytes are counted first,
+    /// so bytes the pump reads meanwhile are counted once (or, written meanwhile, also).
+    pub fn written(&self) -> u64 {
+        let waiting = rustix::io::ioctl_fionread(&self.pipe).unwrap_or(0);
+        waiting + self.read.load(Ordering::SeqCst)
+    }
+}
+
+/// Starts host `i`: its process id and the taps on its stdout and stderr.
 pub(super) fn spawn(
     i: usize,
     command: &HostCommand,
     tx: &Sender<Event>,
-) -> Result<u32, LocalError> {
+) -> Result<(u32, [Tap; 2]), LocalError> {
     let spawn_error = |source| LocalError::Spawn {
         host: command.host.name.clone(),
         program: command.program.clone(),
@@ -79,29 +110,62 @@ pub(super) fn spawn(
     let pid = child.id();
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    pump(i, Stream::Stdout, stdout, log.clone(), tx.clone());
-    pump(i, Stream::Stderr, stderr, log, tx.clone());
+    let tap = |pipe: &dyn AsFd| {
+        pipe.as_fd()
+            .try_clone_to_owned()
+            .map(|pipe| Tap {
+                pipe,
+                read: Arc::default(),
+            })
+            .map_err(spawn_error)
+    };
+    let taps = [tap(&stdout)?, tap(&stderr)?];
+    pump(i, Stream::Stdout, stdout, &taps[0], log.clone(), tx.clone());
+    pump(i, Stream::Stderr, stderr, &taps[1], log, tx.clone());
     let tx = tx.clone();
     std::thread::spawn(move || {
         let status = child.wait();
         let _ = tx.send(Event::Exited(i, status, Instant::now()));
     });
-    Ok(pid)
+    Ok((pid, taps))
 }
 
-/// Copies one stream line by line into the host's log and to the supervisor.
+/// A stream whose reads are counted.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::SeqCst);
+        Ok(n)
+    }
+}
+
+/// Copies one stream line by line into the host's log and to the supervisor, counting what it
+/// reads from the pipe on `tap`.
 fn pump(
     i: usize,
     stream: Stream,
     from: impl Read + Send + 'static,
+    tap: &Tap,
     log: Arc<Mutex<File>>,
     tx: Sender<Event>,
 ) {
+    let read = tap.read.clone();
     std::thread::spawn(move || {
-        let mut reader = BufReader::new(from);
+        let mut reader = BufReader::new(Counted { inner: from, read });
         let mut buf = Vec::new();
+        let mut end = 0u64;
         // A failed read ends the stream like EOF: the host closed it or died.
         while reader.read_until(b'\n', &mut buf).unwrap_or(0) > 0 {
+            end += buf.len() as u64;
+            let at = LineAt {
+                read_at: Instant::now(),
+                end,
+            };
             if !buf.ends_with(b"\n") {
                 buf.push(b'\n');
             }
@@ -111,7 +175,7 @@ fn pump(
                 let _ = log.write_all(&buf);
             }
             let line = String::from_utf8_lossy(&buf[..buf.len() - 1]).into_owned();
-            if tx.send(Event::Line(i, stream, line)).is_err() {
+            if tx.send(Event::Line(i, stream, line, at)).is_err() {
                 return;
             }
             buf.clear();

@@ -4,7 +4,9 @@
 //! - Completed: every host's process exited 0.
 //! - Failed: a host exited non-zero or was killed; the reason is its `output/failure`, else its
 //!   exit status. The other hosts then get SIGTERM and, after the grace period, SIGKILL, as
-//!   StopTrainingJob does.
+//!   StopTrainingJob does. The reason is that of a host that failed on its own: the first whose
+//!   script raised before that stop began, else the host whose failure began it, never one the
+//!   stop itself ended.
 //! - Stopped: a stop was requested (Ctrl-C, SIGTERM) or the max runtime passed; same shutdown.
 //!
 //! When a host's main process exits, its whole process group is killed: on SageMaker the

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hetgen_env::process::Signal;
 
-use super::host::{Event, failure_reason, kill_group, spawn, to_exit};
-use super::{Exit, HostCommand, Limits, Observer, Outcome, Status, StopRequests};
+use super::host::{Event, LineAt, Tap, failure_reason, kill_group, spawn, to_exit};
+use super::{Exit, HostCommand, Limits, Observer, Outcome, Status, StopRequests, Stream};
 use crate::{LocalError, Step};
 
 /// How often stop requests and deadlines are looked at when nothing else happens.
@@ -20,8 +20,44 @@ pub(super) struct Running {
     pid: u32,
     started: Instant,
     exit: Option<Exit>,
+    /// Its stdout and stderr, as far as they were written.
+    taps: [Tap; 2],
+    /// How far its stdout and stderr were written when the job's stop sent it SIGTERM: what
+    /// it wrote after may be the stop's doing, not a failure of its own.
+    stopped_at: Option<[u64; 2]>,
     /// When the host's output first showed a Python traceback: its script raised then.
-    raised_at: Option<Instant>,
+    raised: Option<Raised>,
+}
+
+/// A Python traceback in a host's output.
+#[derive(Debug, Clone, Copy)]
+struct Raised {
+    /// When it was read.
+    at: Instant,
+    /// Whether it was written before the job's stop reached the host.
+    before_stop: bool,
+}
+
+impl Running {
+    /// A traceback began at `at` in `stream`.
+    fn raised(&mut self, stream: Stream, at: LineAt) {
+        let i = match stream {
+            Stream::Stdout => 0,
+            Stream::Stderr => 1,
+        };
+        let raised = Raised {
+            at: at.read_at,
+            before_stop: self.stopped_at.is_none_or(|marks| at.end <= marks[i]),
+        };
+        // The first, unless it was the stop's and one before the stop is read only now (from
+        // the other stream).
+        if self
+            .raised
+            .is_none_or(|r| !r.before_stop && raised.before_stop)
+        {
+            self.raised = Some(raised);
+        }
+    }
 }
 
 /// Why a run that did not complete is ending. A run without one completes when its hosts have.
@@ -74,13 +110,15 @@ pub(super) fn start_hosts(
     let mut hosts: Vec<Running> = Vec::with_capacity(commands.len());
     for (i, command) in commands.iter().enumerate() {
         match spawn(i, command, &tx) {
-            Ok(pid) => {
+            Ok((pid, taps)) => {
                 observer.started(&command.host, pid);
                 hosts.push(Running {
                     pid,
                     started: Instant::now(),
                     exit: None,
-                    raised_at: None,
+                    taps,
+                    stopped_at: None,
+                    raised: None,
                 });
             }
             Err(e) => {
@@ -154,10 +192,10 @@ impl<'a> Run<'a> {
                 }
             }
             match events.recv_timeout(self.next_wait()) {
-                Ok(Event::Line(i, stream, line)) => {
+                Ok(Event::Line(i, stream, line, at)) => {
                     let host = &self.commands[i].host;
                     if crate::traceback::starts_traceback(&line) {
-                        self.hosts[i].raised_at.get_or_insert_with(Instant::now);
+                        self.hosts[i].raised(stream, at);
                     }
                     observer.output(host, stream, &line);
                     // Either stream: a script's output may reach the host's stderr on its way
@@ -242,25 +280,30 @@ impl<'a> Run<'a> {
     fn end(&mut self, ending: Ending, observer: &mut dyn Observer) {
         observer.stopping(&ending.reason());
         self.ending = Some(ending);
-        for h in self.hosts.iter().filter(|h| h.exit.is_none()) {
+        for h in self.hosts.iter_mut().filter(|h| h.exit.is_none()) {
+            h.stopped_at = Some(h.taps.each_ref().map(Tap::written));
             kill_group(h.pid, Signal::TERM);
         }
         self.kill_at = Instant::now().checked_add(self.limits.grace);
     }
 
     /// The reason of a failed job: that of the failed host whose script raised first, when
-    /// any did. The first host to exit is often not the one at fault: when one rank raises,
-    /// its peers fail a moment later with "connection closed by peer", and one of them may
-    /// end first. A traceback is the script's own account of its failure, and the one that
-    /// caused the others is printed before its process ends and so before theirs start.
+    /// any did before the job's stop began. The first host to exit is often not the one at
+    /// fault: when one rank raises, its peers fail a moment later with "connection closed by
+    /// peer", and one of them may end first. A traceback is the script's own account of its
+    /// failure, and the one that caused the others is printed before its process ends and so
+    /// before theirs start. A traceback a host wrote after the stop's SIGTERM reached it (as
+    /// far as its pipes had been written then, [`Tap`]) may be the stop's (torchrun's
+    /// `SignalException` on the SIGTERM a failed data host brought on), not a failure of its
+    /// own: then the reason stays that of the host whose failure began the stop.
     fn root_cause(&self) -> Option<String> {
         let (i, h) = self
             .hosts
             .iter()
             .enumerate()
             .filter(|(_, h)| h.exit.as_ref().is_some_and(|e| !e.success()))
-            .filter(|(_, h)| h.raised_at.is_some())
-            .min_by_key(|(_, h)| h.raised_at)?;
+            .filter(|(_, h)| h.raised.is_some_and(|r| r.before_stop))
+            .min_by_key(|(_, h)| h.raised.map(|r| r.at))?;
         Some(failure_reason(&self.commands[i], h.exit.as_ref()?))
     }
 

@@ -3,6 +3,7 @@
 
 mod cpus;
 mod framework;
+mod job_faults;
 mod layout;
 mod supervise;
 

@@ -15,6 +15,7 @@ use crate::auth::AttachToken;
 use crate::job::resolve;
 use crate::proto::data_service_client::DataServiceClient;
 use crate::proto::{DType, HandshakeRequest, HandshakeResponse};
+use crate::server::{BUILDING, building_for};
 use crate::{CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
 /// The generated client with the job token attached to every call.
@@ -158,6 +159,7 @@ async fn connect_one(
     let started = Instant::now();
     let mut delay = Duration::from_millis(50);
     let mut last_error;
+    let mut said_building: Option<Instant> = None;
     loop {
         // An attempt is bounded by the time left: a host that accepts the connection but does
         // not answer (its process frozen, say) must not hold the caller past its timeout.
@@ -174,16 +176,43 @@ async fn connect_one(
             Ok(Err(Attempt::NotYet(e))) => last_error = e,
             Err(_) => last_error = format!("no answer to the handshake within {left:?}"),
         }
+        let building = building_for(&last_error);
+        if let Some(seconds) = building
+            && said_building.is_none_or(|said| said.elapsed() >= SAY_BUILDING_EVERY)
+        {
+            said_building = Some(Instant::now());
+            say(&format!("waiting for {host}: {BUILDING}: {seconds} s"));
+        }
         if started.elapsed() >= config.connect_timeout {
-            return Err(ClientError::Unreachable {
-                host: host.to_owned(),
-                timeout: config.connect_timeout,
-                last_error,
+            return Err(match building {
+                Some(seconds) => ClientError::StillBuilding {
+                    host: host.to_owned(),
+                    timeout: config.connect_timeout,
+                    seconds,
+                },
+                None => ClientError::Unreachable {
+                    host: host.to_owned(),
+                    timeout: config.connect_timeout,
+                    last_error,
+                },
             });
         }
         tracing::debug!(%host, error = %last_error, "data host not reachable yet; retrying");
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// How often a trainer says it is still waiting for a host building its dataset.
+const SAY_BUILDING_EVERY: Duration = Duration::from_secs(10);
+
+/// A line for the user: through `tracing` where a subscriber is set (hetgen's own processes),
+/// else on stderr (a script's `hetgen.Loader`, whose output is the job's log).
+fn say(line: &str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::info!("{line}");
+    } else {
+        eprintln!("hetgen: {line}");
     }
 }
 

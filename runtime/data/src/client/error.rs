@@ -21,6 +21,18 @@ pub enum ClientError {
         /// The last error seen.
         last_error: String,
     },
+    /// A host was still building its dataset when the connect timeout ran out.
+    #[error(
+        "data host {host} was still building its dataset ({seconds} s so far) when the trainer's connect timeout ({timeout:?}) ran out: the dataset's factory is slow (its log says how long it has taken); raise `connect_timeout` or make the factory do less at start"
+    )]
+    StillBuilding {
+        /// The host.
+        host: String,
+        /// How long it was waited for.
+        timeout: Duration,
+        /// How long it had been building, by its own count.
+        seconds: u64,
+    },
     /// A host refused the handshake.
     #[error("data host {host} refused the handshake: {status}")]
     Handshake {

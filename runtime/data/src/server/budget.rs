@@ -1,7 +1,12 @@
-//! The server's memory budget: every byte a peer can make it hold (batches built and not yet
-//! sent, shard request bodies still arriving) is reserved from one server-wide budget, shared
-//! by all trainers and all connections, so the sum is bounded whatever the ids, streams and
-//! connections a client uses.
+//! The server's memory budgets: every byte a peer can make it hold is reserved from a
+//! server-wide budget, shared by all trainers and all connections, so the sum is bounded
+//! whatever the ids, streams and connections a client uses. There are two: batches built and
+//! not yet sent reserve from the data budget, shard request bodies still arriving from their
+//! own ([`BODIES`]). Bodies are apart so that a request never waits on the batches in flight:
+//! with the data budget full (every stream stalled, say), a trainer's 100-byte request is read
+//! at once, and its stream then either finds room, makes stalled streams give way, or is
+//! refused with the data budget's own figures, instead of waiting 10 s to be refused for its
+//! body.
 //!
 //! A shard stream reserves its worst case when it opens (4 batches: the two queued in its
 //! channel, the one the engine made and is waiting to queue, the one being written) and gives
@@ -28,6 +33,12 @@ pub const MEMORY_VAR: &str = "HETGEN_DATA_MEMORY_MIB";
 /// How long a reservation waits for the budget before it is refused: longer than a shard of
 /// a healthy stream takes to drain, shorter than a client's patience with a silent server.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
+
+/// The budget of shard request bodies still arriving, all connections together: four of the
+/// largest request (16 MiB, a million sample ids) at once, thousands of real ones (a shard's
+/// ids, a few KiB). A peer that fills it with bodies it never finishes holds it only until
+/// their deadline.
+pub(crate) const BODIES: u64 = 64 << 20;
 
 /// Bytes a shard stream holds at most per byte of one of its batches.
 pub(crate) const BATCHES_PER_STREAM: u64 = 4;

@@ -243,7 +243,13 @@ pub(crate) fn incoming(
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(5);
         loop {
-            match listener.accept().await {
+            // Ends with the server, not at the next connection: a listener that shares its
+            // socket with the next server (see `starting`) must not take one more from it.
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = tx.closed() => return,
+            };
+            match accepted {
                 Ok((socket, _)) => {
                     backoff = Duration::from_millis(5);
                     // No Nagle: a batch's last partial segment must not wait for the

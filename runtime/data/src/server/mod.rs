@@ -30,8 +30,9 @@
 //! - The shards streamed and not yet acknowledged are remembered per trainer up to
 //!   [`ServerConfig::max_unacked_per_trainer`]; past that the oldest are forgotten (a late Ack
 //!   of one is `NOT_FOUND`, which the client ignores).
-//! - What costs memory is counted in bytes, in one `budget` for all peers: a stream reserves
-//!   its worst case when it opens, a shard request body its bytes as they arrive.
+//! - What costs memory is counted in bytes, in `budget`s for all peers: a stream reserves its
+//!   worst case from the data budget when it opens, a shard request body its bytes from the
+//!   bodies' budget as they arrive (a request never waits on batches in flight).
 //!
 //! **Worst case memory of a stalled stream** (a client that opens a shard and stops reading):
 //! the engine stops at the channel, so the stream holds the two batches queued in it, the one
@@ -54,6 +55,7 @@ mod refusal;
 mod service;
 mod shard;
 mod stall;
+mod starting;
 mod state;
 mod trainer_id;
 mod transport;
@@ -80,6 +82,7 @@ pub use connections::{IDLE_VAR, MAX_CONNECTIONS_VAR};
 pub use log_id::LogId;
 use service::Service;
 pub use stall::{DEFAULT_STALL, STALL_VAR};
+pub use starting::{BUILDING, answer_while_building, building_for};
 use state::Shared;
 pub use state::StopReason;
 use transport::{RECEIVE_CONNECTION_WINDOW, RECEIVE_STREAM_WINDOW, ZeroCopyShards};

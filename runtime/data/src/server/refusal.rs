@@ -80,7 +80,7 @@ pub(crate) enum Refusal {
         var: &'static str,
     },
     #[error(
-        "this data server's memory budget ({budget_mib} MiB, shared by batches in flight and request bodies) stayed in use for {waited_s} s; a request body of {size} bytes waits for room"
+        "this data server's budget of request bodies still arriving ({budget_mib} MiB, all connections together) stayed in use for {waited_s} s; a request body of {size} bytes waits for room"
     )]
     BodyBudgetBusy {
         size: usize,

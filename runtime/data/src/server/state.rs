@@ -75,8 +75,10 @@ pub(crate) struct Shared {
     rate: Mutex<(Instant, u64)>,
     /// Bytes of one sample's image.
     pub(crate) sample_bytes: usize,
-    /// Bytes in flight, all peers together.
+    /// Bytes of batches in flight, all peers together.
     pub(crate) budget: Budget,
+    /// Bytes of request bodies still arriving, all peers together ([`budget::BODIES`]).
+    pub(crate) bodies: Budget,
 }
 
 /// One budget per kind of line a peer can cause ([`crate::throttle`]).
@@ -171,6 +173,7 @@ impl Shared {
             rate: Mutex::new((Instant::now(), 0)),
             sample_bytes,
             budget: Budget::new(config.memory_budget),
+            bodies: Budget::new(budget::BODIES),
             config,
         }
     }

@@ -114,10 +114,11 @@ async fn read_body(body: tonic::body::Body, limit: usize) -> Result<bytes::Bytes
 }
 
 /// A shard request's body, read within [`BODY_DEADLINE`]. Its bytes are reserved from the
-/// server's memory budget as they arrive (never the size its frame header declares), so
-/// bodies still arriving count with the batches in flight; the reservation ends with the body.
+/// server's budget of request bodies as they arrive (never the size its frame header
+/// declares), not from the data budget, so a request is read whatever the batches in flight
+/// hold; the reservation ends with the body.
 async fn shard_body(shared: &Shared, body: tonic::body::Body) -> Result<bytes::Bytes, Refusal> {
-    let budget = &shared.budget;
+    let budget = &shared.bodies;
     let read = async {
         let mut body = std::pin::pin!(body);
         let mut bytes = bytes::BytesMut::new();

@@ -7,34 +7,63 @@
 //! out in order. A worker writes a collated batch into a file of a shared-memory folder; this
 //! process maps it and the mapping *is* the batch's bytes, sent from there without a copy.
 //!
-//! Faults: the user's code raising is an error naming the sample (and the traceback), which
-//! no retry would fix; a worker process that dies (a crash in native code, the OOM killer) is
-//! replaced and its batch made again, up to [`MAX_DEATHS`] times for one batch.
+//! Faults (`make.rs`): the user's code raising is an error naming the sample (and the
+//! traceback), which no retry would fix; so is a sample whose `__getitem__` outlasts the
+//! per-sample deadline ([`SAMPLE_TIMEOUT_VAR`]), with the stack where it was stuck. A worker
+//! process that dies (a crash in native code, the OOM killer) is replaced; the sample it died on
+//! (else each of the batch's) is made again alone, to tell a sample that kills any worker, which
+//! fails naming it, from a death that does not come again, after which the batch is made again;
+//! at most [`MAX_DEATHS`] deaths for one batch.
 
+mod make;
 mod process;
+mod stack;
 pub mod usage;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use hetgen_spec::model::{Pipeline, PythonRef};
 use serde_json::{Value, json};
 
 use crate::engine::{BACKGROUND_NICE, lower_priority};
 use crate::{Batch, Batches, PipelineError, ShardWork};
+use make::{serve, user_error};
 use process::{Failed, Made, Process};
 
 /// The worker's source, written into the shared-memory folder and run by the job's Python.
 const WORKER_PY: &str = include_str!("worker.py");
+/// Its name there.
+const WORKER_FILE: &str = "worker.py";
 
 /// Times one batch may kill its worker before the host gives up: the batch (a sample of it)
 /// crashes whatever process makes it.
 pub const MAX_DEATHS: u32 = 3;
+
+/// Sets the seconds one sample's `__getitem__` (and a batch's collate) may take on a worker
+/// before it is stopped and the batch fails naming the sample, with the stack where it was.
+pub const SAMPLE_TIMEOUT_VAR: &str = "HETGEN_SAMPLE_TIMEOUT_S";
+
+/// The per-sample deadline by default. A trainer gives up on a data server that sends no batch
+/// for 60 s (its stall timeout), and a server sends nothing on a stream while a batch is being
+/// made, so a deadline past 60 s would never be seen: the trainer would blame the server
+/// instead. 45 s leaves the rest of the batch's samples and the error's way back 15 s inside
+/// that, and is still thousands of times what a sample of a dataset that trains takes (a batch
+/// of 32 such samples would take 24 minutes).
+pub const DEFAULT_SAMPLE_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// The most [`SAMPLE_TIMEOUT_VAR`] may say: a week.
+const MAX_SAMPLE_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+
+/// How often a dataset still being built is logged.
+const BUILD_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Where and how a host runs Python: the interpreter, the job's code folder (where the
 /// dataset's file is), and the hyperparameters the dataset's factory gets.
@@ -63,13 +92,26 @@ struct Pool {
     setup: Value,
     /// `file.py:factory`, for errors.
     dataset: String,
-    /// Where the workers write batches (and their sockets are); removed with the pool.
+    /// Where the workers write batches (and their sockets are); removed first thing when the
+    /// workers stop, and with the pool.
     folder: tempfile::TempDir,
     busy: AtomicUsize,
+    /// The pool is being dropped: what fails now is its own doing, not the dataset's.
     closing: AtomicBool,
     background: AtomicBool,
-    pids: Mutex<Vec<u32>>,
+    /// Each thread's live worker, by slot.
+    live: Mutex<Vec<Option<Live>>>,
     samples: u64,
+    /// The per-sample deadline, in milliseconds.
+    sample_timeout_ms: AtomicU64,
+}
+
+/// A live worker as the pool sees it from outside its thread: its process id (for `usage` and
+/// priorities) and its socket, which the pool shuts down to stop it. The thread that owns the
+/// process kills and reaps it, and forgets it here first, so no id here names another process.
+struct Live {
+    pid: u32,
+    conn: UnixStream,
 }
 
 /// The user's dataset, made by Python worker processes.
@@ -110,9 +152,10 @@ impl Workers {
         threads: Option<usize>,
     ) -> Result<Workers, PipelineError> {
         let threads = threads.unwrap_or_else(crate::available_cores).max(1);
+        let sample_timeout = sample_timeout_from_env()?;
         let folder = shared_memory_dir()?;
         let dir = folder.path().to_owned();
-        let script = dir.join("worker.py");
+        let script = dir.join(WORKER_FILE);
         std::fs::write(&script, WORKER_PY).map_err(|source| PipelineError::Io {
             path: script.clone(),
             source,
@@ -142,51 +185,15 @@ impl Workers {
             dataset: dataset.to_string(),
             message,
         };
-        // Every worker builds its own dataset; they start together (importing torch takes
-        // seconds), and every one must agree on the dataset's length.
-        let started: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|slot| {
-                    let (command, wire_setup, dir) = (&command, &wire_setup, &dir);
-                    scope.spawn(move || {
-                        Process::start(command(), dir, &format!("w{slot}"), wire_setup)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a worker's start panicked".into()))
-                })
-                .collect()
-        });
-        let mut processes = Vec::new();
-        for result in started {
-            processes.push(result.map_err(failed)?);
-        }
-        let samples = processes[0].1;
-        if let Some((_, other)) = processes.iter().find(|(_, n)| *n != samples) {
-            return Err(failed(format!(
-                "two workers built datasets of {samples} and {other} samples: `len()` must not \
-                 depend on anything but the path and the hyperparameters"
-            )));
-        }
-        if samples == 0 {
-            return Err(failed("the dataset is empty (`len()` is 0)".into()));
-        }
-        // One sample's size, for the memory budget and the message-size check of a batch.
-        let probe = processes[0].0.batch(0, &[0]).map_err(|f| match f {
-            Failed::User {
-                kind,
-                message,
-                sample,
-            } => user_error(&kind, message, sample),
-            Failed::Died(how) => failed(format!("the worker died making sample 0 ({how})")),
-        })?;
-        let sample_bytes = probe.data.len();
-        drop(probe);
+        let mut processes = start_all(&command, &dir, &wire_setup, threads, &dataset.to_string())
+            .map_err(failed)?;
+        let (samples, sample_bytes) = first_sample(&mut processes, sample_timeout, &failed)?;
 
+        let live = processes
+            .iter()
+            .map(|(p, _)| Some(Live::of(p)).transpose())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| PipelineError::Pool(format!("a worker's socket: {e}")))?;
         let pool = Arc::new(Pool {
             command: Box::new(command),
             setup: wire_setup,
@@ -195,22 +202,11 @@ impl Workers {
             busy: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             background: AtomicBool::new(false),
-            pids: Mutex::new(processes.iter().map(|(p, _)| p.pid()).collect()),
+            live: Mutex::new(live),
             samples,
+            sample_timeout_ms: AtomicU64::new(sample_timeout.as_millis() as u64),
         });
-        let (tx, rx) = channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let threads = processes
-            .into_iter()
-            .enumerate()
-            .map(|(slot, (process, _))| {
-                let (pool, rx) = (pool.clone(), rx.clone());
-                std::thread::Builder::new()
-                    .name(format!("hetgen-python-{slot}"))
-                    .spawn(move || serve(&pool, slot, Some(process), &rx))
-                    .map_err(|e| PipelineError::Pool(e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (tx, threads) = serve_all(&pool, processes)?;
         tracing::info!(
             workers = threads.len(),
             samples,
@@ -228,13 +224,15 @@ impl Workers {
 
     /// CPU time and memory of the worker processes alive now (`hetgen profile`'s measure).
     pub fn usage(&self) -> usage::Usage {
-        let pids = self
-            .pool
-            .pids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        usage::of(&pids)
+        usage::of(&self.pool.pids())
+    }
+
+    /// Sets the per-sample deadline from now on (it is [`SAMPLE_TIMEOUT_VAR`] at the start,
+    /// else [`DEFAULT_SAMPLE_TIMEOUT`]).
+    pub fn set_sample_timeout(&self, timeout: Duration) {
+        self.pool
+            .sample_timeout_ms
+            .store(timeout.as_millis().max(1) as u64, Ordering::Relaxed);
     }
 
     fn submit(
@@ -258,117 +256,173 @@ impl Workers {
     }
 }
 
-/// A worker thread: takes batch requests off the queue and has its process make them,
-/// replacing the process when it dies.
-fn serve(pool: &Pool, slot: usize, mut process: Option<Process>, jobs: &Mutex<Receiver<Job>>) {
-    let name = format!("w{slot}");
-    loop {
-        let job = {
-            let queue = jobs.lock().unwrap_or_else(PoisonError::into_inner);
-            match queue.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            }
-        };
-        if job.cancelled.load(Ordering::Relaxed) {
-            continue;
-        }
-        pool.busy.fetch_add(1, Ordering::Relaxed);
-        let result = make(pool, &name, &mut process, &job);
-        pool.busy.fetch_sub(1, Ordering::Relaxed);
-        let _ = job.reply.send(result);
+/// The dataset's length, which every worker must agree on, and the bytes of one sample (for
+/// the memory budget and the message-size check of a batch), made by the first worker.
+fn first_sample(
+    processes: &mut [(Process, u64)],
+    deadline: Duration,
+    failed: &dyn Fn(String) -> PipelineError,
+) -> Result<(u64, usize), PipelineError> {
+    let samples = processes[0].1;
+    if let Some((_, other)) = processes.iter().find(|(_, n)| *n != samples) {
+        return Err(failed(format!(
+            "two workers built datasets of {samples} and {other} samples: `len()` must not \
+             depend on anything but the path and the hyperparameters"
+        )));
     }
-}
-
-/// One batch on this thread's process, starting a new one as long as the old one dies.
-fn make(
-    pool: &Pool,
-    name: &str,
-    process: &mut Option<Process>,
-    job: &Job,
-) -> Result<Made, PipelineError> {
-    let mut deaths = 0;
-    loop {
-        if pool.closing.load(Ordering::Relaxed) {
-            return Err(PipelineError::Pool(
-                "the Python workers are stopping".into(),
-            ));
-        }
-        let worker = match process {
-            Some(worker) => worker,
-            None => {
-                let (started, _) =
-                    Process::start((pool.command)(), pool.folder.path(), name, &pool.setup)
-                        .map_err(|message| PipelineError::PythonSetup {
-                            dataset: pool.dataset.clone(),
-                            message,
-                        })?;
-                pool.adopt(started.pid());
-                process.insert(started)
-            }
-        };
-        match worker.batch(job.epoch, &job.ids) {
-            Ok(made) => return Ok(made),
-            Err(Failed::User {
+    if samples == 0 {
+        return Err(failed("the dataset is empty (`len()` is 0)".into()));
+    }
+    let made = processes[0]
+        .0
+        .batch(0, &[0], deadline)
+        .map_err(|f| match f {
+            Failed::User {
                 kind,
                 message,
                 sample,
-            }) => return Err(user_error(&kind, message, sample)),
-            Err(Failed::Died(how)) => {
-                *process = None;
-                deaths += 1;
-                let (first, last) = (job.ids[0], job.ids[job.ids.len() - 1]);
-                if deaths >= MAX_DEATHS {
-                    return Err(PipelineError::WorkerDied {
-                        deaths,
-                        how,
-                        first,
-                        last,
-                    });
-                }
-                tracing::warn!(
-                    worker = name,
-                    %how,
-                    epoch = job.epoch,
-                    samples = %format!("{first}..={last}"),
-                    "a Python worker died; starting another to make its batch again"
-                );
-            }
-        }
-    }
+            } => user_error(&kind, message, sample),
+            Failed::Died { how, .. } => failed(format!("the worker died making sample 0 ({how})")),
+            Failed::Stuck { doing, stack } => make::timeout(doing, deadline, stack),
+        })?;
+    Ok((samples, made.data.len()))
 }
 
-/// The user's code failed on a batch: an error the trainer sees with the traceback.
-fn user_error(kind: &str, message: String, sample: Option<u64>) -> PipelineError {
-    let stage = match kind {
-        "getitem" => "__getitem__",
-        "collate" => "collate",
-        "stack" => "default collate",
-        _ => "batch",
+/// A thread per worker, serving the queue whose sender this returns.
+fn serve_all(
+    pool: &Arc<Pool>,
+    processes: Vec<(Process, u64)>,
+) -> Result<(Sender<Job>, Vec<JoinHandle<()>>), PipelineError> {
+    let (tx, rx) = channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    let threads = processes
+        .into_iter()
+        .enumerate()
+        .map(|(slot, (process, _))| {
+            let (pool, rx) = (pool.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("hetgen-python-{slot}"))
+                .spawn(move || serve(&pool, slot, Some(process), &rx))
+                .map_err(|e| PipelineError::Pool(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((tx, threads))
+}
+
+/// [`SAMPLE_TIMEOUT_VAR`], else the default.
+fn sample_timeout_from_env() -> Result<Duration, PipelineError> {
+    let Ok(value) = std::env::var(SAMPLE_TIMEOUT_VAR) else {
+        return Ok(DEFAULT_SAMPLE_TIMEOUT);
     };
-    match sample {
-        Some(sample) => PipelineError::Sample {
-            sample,
-            stage: stage.to_owned(),
-            why: message,
-        },
-        None => PipelineError::Python {
-            stage: stage.to_owned(),
-            message,
-        },
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s >= 0.001 && *s <= MAX_SAMPLE_TIMEOUT_S)
+        .map(Duration::from_secs_f64)
+        .ok_or(PipelineError::Setting {
+            var: SAMPLE_TIMEOUT_VAR,
+            value,
+            expected: "a number of seconds from 0.001 to 604800 (a week)",
+        })
+}
+
+/// Starts `threads` workers together (importing torch alone takes seconds), in slot order.
+/// While they build the dataset, says so every [`BUILD_LOG_EVERY`]. Once one fails, the others
+/// are stopped (each would fail the same way, maybe minutes later), and its reason is the
+/// error.
+fn start_all(
+    command: &(dyn Fn() -> Command + Sync),
+    dir: &Path,
+    setup: &Value,
+    threads: usize,
+    dataset: &str,
+) -> Result<Vec<(Process, u64)>, String> {
+    let failed = AtomicBool::new(false);
+    let mut started: Vec<Option<(Process, u64)>> = (0..threads).map(|_| None).collect();
+    let mut first_error = None;
+    std::thread::scope(|scope| {
+        let (done, finished) = channel();
+        for slot in 0..threads {
+            let (done, failed) = (done.clone(), &failed);
+            scope.spawn(move || {
+                let mut waiting = |_: Duration| !failed.load(Ordering::Relaxed);
+                let result =
+                    Process::start(command(), dir, &format!("w{slot}"), setup, &mut waiting);
+                // Before the others hear of it: theirs are stopped, and not the reason.
+                let _ = done.send((slot, result));
+            });
+        }
+        drop(done);
+        let begun = Instant::now();
+        loop {
+            match finished.recv_timeout(BUILD_LOG_EVERY) {
+                Ok((slot, Ok(process))) => started[slot] = Some(process),
+                Ok((_, Err(error))) => {
+                    failed.store(true, Ordering::Relaxed);
+                    first_error.get_or_insert(error);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let seconds = begun.elapsed().as_secs();
+                    tracing::info!(
+                        dataset,
+                        seconds,
+                        ready = started.iter().flatten().count(),
+                        workers = threads,
+                        "building the dataset `{dataset}`: {seconds} s"
+                    );
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    });
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    started
+        .into_iter()
+        .map(|p| p.ok_or_else(|| "a worker's start panicked".to_owned()))
+        .collect()
+}
+
+impl Live {
+    fn of(process: &Process) -> std::io::Result<Live> {
+        Ok(Live {
+            pid: process.pid(),
+            conn: process.handle()?,
+        })
     }
 }
 
 impl Pool {
-    /// A new worker process: nicer too when the pipeline runs in the background.
-    fn adopt(&self, pid: u32) {
+    fn sample_timeout(&self) -> Duration {
+        Duration::from_millis(self.sample_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    fn closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// The ids of the live workers.
+    fn pids(&self) -> Vec<u32> {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.iter().flatten().map(|l| l.pid).collect()
+    }
+
+    /// Slot `slot`'s new worker: nicer too when the pipeline runs in the background, and
+    /// stopped with the others when the pool is dropped.
+    fn adopt(&self, slot: usize, process: &Process) {
         if self.background.load(Ordering::Relaxed) {
-            let _ = lower_priority(pid, BACKGROUND_NICE);
+            let _ = lower_priority(process.pid(), BACKGROUND_NICE);
         }
-        self.pids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(pid);
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        // Without a handle on its socket the pool could not stop it: then it is not started.
+        live[slot] = Live::of(process).ok();
+    }
+
+    /// Slot `slot`'s worker is about to go (be killed and reaped).
+    fn forget(&self, slot: usize) {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)[slot] = None;
     }
 }
 
@@ -446,35 +500,40 @@ impl Batches for Workers {
 
     fn run_in_background(&self) -> std::io::Result<()> {
         self.pool.background.store(true, Ordering::Relaxed);
-        let pids = self
+        let live = self
             .pool
-            .pids
+            .live
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        pids.iter()
-            .try_for_each(|pid| lower_priority(*pid, BACKGROUND_NICE))
+        live.iter()
+            .flatten()
+            .try_for_each(|l| lower_priority(l.pid, BACKGROUND_NICE))
     }
 }
 
 impl Drop for Workers {
+    /// Stops the workers: an idle thread ends with the queue; a busy one sees its worker's
+    /// socket shut down, and kills and reaps its process; one starting a worker stops it.
+    /// Nothing of this is logged as a worker's death.
     fn drop(&mut self) {
-        self.pool.closing.store(true, Ordering::Relaxed);
-        // Closing the queue ends idle threads; a busy one ends when its process is killed.
+        self.pool.closing.store(true, Ordering::SeqCst);
+        // The folder goes first: a process killed while it stops its workers (a data server
+        // killed as its job ends) would leave it behind with them dead, while until now a live
+        // worker removes it when this process ends. Batches handed out are unlinked already.
+        let _ = std::fs::remove_dir_all(self.pool.folder.path());
         self.jobs = None;
-        for pid in self
-            .pool
-            .pids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
         {
-            // SAFETY: a plain system call; the ids are this process's children (an id already
-            // reaped is at worst a stale id, which `Process::drop` also kills).
-            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            let live = self
+                .pool
+                .live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for worker in live.iter().flatten() {
+                let _ = worker.conn.shutdown(std::net::Shutdown::Both);
+            }
         }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        // The folder goes with the last reference to the pool.
     }
 }

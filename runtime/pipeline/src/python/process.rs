@@ -1,20 +1,36 @@
 //! One Python worker process and the conversation with it (the protocol is described at the
-//! top of `worker.py`): started, handed its setup, asked for batches, and killed when dropped.
+//! top of `worker.py`): started, handed its setup, asked for batches and probes (each step of
+//! one within the deadline it is given, as its progress slot shows), and killed when dropped.
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::stack;
 use crate::tensor::{DType, Tensor};
 
 /// Largest message a worker may send (its batch's description, or a traceback).
 const MAX_MESSAGE: usize = 64 << 20;
+
+/// The signal on which a worker writes every thread's Python stack to its stack file
+/// (`faulthandler`) and then ends by it.
+const STACK_SIGNAL: i32 = libc::SIGUSR1;
+
+/// How long a worker signalled for its stack has to write it and end before it is killed.
+const STACK_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a start given up on by its caller failed.
+const STOPPED: &str = "stopped while it built the dataset";
+
+/// How often a worker that is starting is checked on (and the caller's `waiting` asked).
+const TICK: Duration = Duration::from_millis(100);
 
 /// What a worker made of a batch request.
 pub(super) struct Made {
@@ -23,7 +39,18 @@ pub(super) struct Made {
     pub(super) structure: String,
 }
 
-/// Why a batch request did not give a batch.
+/// What a worker was doing, from its progress slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Doing {
+    /// Nothing it said yet: it had not taken the request.
+    Nothing,
+    /// The sample's `__getitem__`.
+    Sample(u64),
+    /// Collating the batch (the default collate or the spec's) and writing it.
+    Collate,
+}
+
+/// Why a request did not give a batch.
 pub(super) enum Failed {
     /// The user's code (or its samples) failed: `kind` is `getitem`, `collate`, `stack`,
     /// `type` or `write`; `sample` the id when one is to blame.
@@ -32,8 +59,10 @@ pub(super) enum Failed {
         message: String,
         sample: Option<u64>,
     },
-    /// The process is gone (killed, crashed), or broke the protocol.
-    Died(String),
+    /// The process is gone (killed, crashed), or broke the protocol, while `doing` that.
+    Died { how: String, doing: Doing },
+    /// It was still `doing` that at the deadline, at `stack`; it is gone now.
+    Stuck { doing: Doing, stack: String },
 }
 
 /// A worker that is running and has built the dataset.
@@ -43,6 +72,63 @@ pub(super) struct Process {
     dir: PathBuf,
     next_file: u64,
     name: String,
+    /// Where the worker writes its stack on [`STACK_SIGNAL`].
+    stack_file: PathBuf,
+    /// Its progress slot (`worker.py` describes it), mapped.
+    progress: Slot,
+}
+
+/// A worker's progress slot: 16 bytes of a shared-memory file that the worker writes before
+/// each step of a request (a sample, the collate) and this process reads.
+struct Slot {
+    map: memmap2::Mmap,
+    path: PathBuf,
+}
+
+/// The step value of a worker collating (and writing) a batch.
+const COLLATING: u64 = u64::MAX;
+
+impl Slot {
+    /// A new zeroed slot at `path`, mapped.
+    fn create(path: PathBuf) -> io::Result<Slot> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        file.set_len(16)?;
+        // SAFETY: a file of this pool's own folder, which only its worker writes (two aligned
+        // words, read volatile below); it is never truncated while mapped.
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Ok(Slot { map, path })
+    }
+
+    /// The worker's step count, and its step.
+    fn read(&self) -> (u64, Doing) {
+        let words = self.map.as_ptr().cast::<u64>();
+        // SAFETY: the map is 16 bytes and page-aligned; the worker stores the words with plain
+        // writes, so a read races one only while the worker is making progress, when only the
+        // change of the count matters (a stuck or dead worker writes nothing).
+        let (steps, step) = unsafe {
+            (
+                u64::from_le(std::ptr::read_volatile(words)),
+                u64::from_le(std::ptr::read_volatile(words.add(1))),
+            )
+        };
+        let doing = match step {
+            0 => Doing::Nothing,
+            COLLATING => Doing::Collate,
+            sample => Doing::Sample(sample - 1),
+        };
+        (steps, doing)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 #[derive(Deserialize)]
@@ -55,39 +141,42 @@ struct WireTensor {
 
 impl Process {
     /// Starts the worker `name` with `command`, sends it `setup` and waits until its dataset is
-    /// built: `Ok((process, samples))`, or the traceback of why it could not be.
+    /// built: `Ok((process, samples))`, or the traceback of why it could not be. `waiting` is
+    /// told how long it has waited, every [`TICK`]; when it says `false`, the worker is stopped
+    /// and the start fails.
     pub(super) fn start(
         mut command: Command,
         dir: &Path,
         name: &str,
         setup: &Value,
+        waiting: &mut dyn FnMut(Duration) -> bool,
     ) -> Result<(Process, u64), String> {
+        let begun = Instant::now();
         let socket = dir.join(format!("{name}.sock"));
+        let stack_file = dir.join(format!("{name}.stack"));
+        let progress = Slot::create(dir.join(format!("{name}.progress"))).map_err(|e| {
+            format!(
+                "cannot make the worker's progress file in {}: {e}",
+                dir.display()
+            )
+        })?;
         let _ = std::fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
         let mut child = command
             .env("HETGEN_WORKER_SOCKET", &socket)
+            .env("HETGEN_WORKER_STACK", &stack_file)
+            .env("HETGEN_WORKER_STACK_SIGNAL", STACK_SIGNAL.to_string())
+            .env("HETGEN_WORKER_PROGRESS", &progress.path)
+            .env("HETGEN_WORKER_PARENT", std::process::id().to_string())
             .spawn()
             .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
-        // The worker connects once its interpreter is up; it may instead exit (no numpy, a
-        // broken interpreter), which is then the reason.
-        let conn = loop {
-            match listener.accept() {
-                Ok((conn, _)) => break conn,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        return Err(format!(
-                            "the Python worker exited ({}) before it started; its output is above",
-                            describe(status)
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => return Err(format!("cannot accept the Python worker: {e}")),
-            }
-        };
+        let conn =
+            accept(&listener, &mut child, &mut || waiting(begun.elapsed())).inspect_err(|_| {
+                let _ = child.kill();
+                let _ = child.wait();
+            })?;
         let _ = std::fs::remove_file(&socket);
         conn.set_nonblocking(false)
             .map_err(|e| format!("the worker's socket: {e}"))?;
@@ -97,11 +186,17 @@ impl Process {
             dir: dir.to_owned(),
             next_file: 0,
             name: name.to_owned(),
+            stack_file,
+            progress,
         };
-        let reply = process
-            .send(&json!({ "setup": setup }))
-            .and_then(|()| process.receive());
-        match reply {
+        let sent = process.send(&json!({ "setup": setup }));
+        // Building the dataset may take minutes (downloads, indexes): the caller hears of it.
+        while sent.is_ok() && !process.readable(TICK).unwrap_or(true) {
+            if !waiting(begun.elapsed()) {
+                return Err(STOPPED.to_owned());
+            }
+        }
+        match sent.and_then(|()| process.receive()) {
             Ok(reply) => {
                 if let Some(len) = reply.pointer("/ready/len").and_then(Value::as_u64) {
                     Ok((process, len))
@@ -125,31 +220,143 @@ impl Process {
         self.child.id()
     }
 
-    /// Sample `ids` of `epoch`, made and collated by the worker.
-    pub(super) fn batch(&mut self, epoch: u32, ids: &[u64]) -> Result<Made, Failed> {
+    /// A handle on the worker's socket: shutting it down ends the conversation, which stops
+    /// the worker (its owner sees the socket closed and kills it).
+    pub(super) fn handle(&self) -> io::Result<UnixStream> {
+        self.conn.try_clone()
+    }
+
+    /// Sample `ids` of `epoch`, made and collated by the worker; each sample, and the collate,
+    /// within `deadline`.
+    pub(super) fn batch(
+        &mut self,
+        epoch: u32,
+        ids: &[u64],
+        deadline: Duration,
+    ) -> Result<Made, Failed> {
         self.next_file += 1;
         let file = format!("{}-{}", self.name, self.next_file);
-        let died = |process: &mut Process| Failed::Died(process.exit_status());
-        if self
-            .send(&json!({ "batch": { "epoch": epoch, "ids": ids, "file": file } }))
-            .is_err()
-        {
-            return Err(died(self));
+        let request = json!({ "batch": { "epoch": epoch, "ids": ids, "file": file } });
+        let reply = self.ask(&request, deadline)?;
+        let made = reply.get("made").ok_or_else(|| Failed::Died {
+            how: format!("the worker answered {reply}"),
+            doing: Doing::Collate,
+        })?;
+        self.collect(&file, made).map_err(|how| Failed::Died {
+            how,
+            doing: Doing::Collate,
+        })
+    }
+
+    /// Samples `ids` of `epoch` made one after another and dropped, not collated: whether one
+    /// of them alone kills the worker (then [`Failed::Died`] says which).
+    pub(super) fn probe(
+        &mut self,
+        epoch: u32,
+        ids: &[u64],
+        deadline: Duration,
+    ) -> Result<(), Failed> {
+        let reply = self.ask(
+            &json!({ "probe": { "epoch": epoch, "ids": ids } }),
+            deadline,
+        )?;
+        match reply.get("probed") {
+            Some(_) => Ok(()),
+            None => Err(Failed::Died {
+                how: format!("the worker answered {reply}"),
+                doing: Doing::Nothing,
+            }),
         }
-        let Ok(reply) = self.receive() else {
-            return Err(died(self));
+    }
+
+    /// Sends `request` and waits for the answer, following the worker's progress: each step
+    /// (a sample, the collate) must come within `deadline`, else the worker's stack is taken
+    /// and it is killed. Its slot is looked at every tenth of the deadline (at most a second),
+    /// so a step is found stuck between `deadline` and that much more after it began.
+    fn ask(&mut self, request: &Value, deadline: Duration) -> Result<Value, Failed> {
+        let every = (deadline / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let (asked_at, _) = self.progress.read();
+        // What it is doing for this request: nothing yet while its count is the one it had.
+        let doing = |process: &Process| match process.progress.read() {
+            (steps, _) if steps == asked_at => Doing::Nothing,
+            (_, doing) => doing,
         };
-        if let Some(error) = reply.get("error") {
-            return Err(Failed::User {
+        if self.send(request).is_err() {
+            return Err(self.died(doing(self)));
+        }
+        let (mut seen, mut since) = (asked_at, Instant::now());
+        loop {
+            match self.readable(every) {
+                Ok(true) => break,
+                Ok(false) => {
+                    let (steps, _) = self.progress.read();
+                    if steps != seen {
+                        (seen, since) = (steps, Instant::now());
+                    } else if since.elapsed() >= deadline {
+                        let doing = doing(self);
+                        let stack = self.stack();
+                        return Err(Failed::Stuck { doing, stack });
+                    }
+                }
+                Err(_) => return Err(self.died(doing(self))),
+            }
+        }
+        let Ok(message) = self.receive() else {
+            return Err(self.died(doing(self)));
+        };
+        match message.get("error") {
+            Some(error) => Err(Failed::User {
                 kind: error["kind"].as_str().unwrap_or("worker").to_owned(),
                 message: error["message"].as_str().unwrap_or_default().to_owned(),
                 sample: error["sample"].as_u64(),
-            });
+            }),
+            None => Ok(message),
         }
-        let made = reply
-            .get("made")
-            .ok_or_else(|| Failed::Died(format!("the worker answered {reply}")))?;
-        self.collect(&file, made).map_err(Failed::Died)
+    }
+
+    fn died(&mut self, doing: Doing) -> Failed {
+        Failed::Died {
+            how: self.exit_status(),
+            doing,
+        }
+    }
+
+    /// The stack of a worker that outlasted its deadline, from its user's frames; the worker
+    /// is gone after.
+    fn stack(&mut self) -> String {
+        // SAFETY: a plain system call; the id is this process's child, not yet waited for, so
+        // it names no other process.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, STACK_SIGNAL) };
+        let begun = Instant::now();
+        while begun.elapsed() < STACK_GRACE && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dump = std::fs::read_to_string(&self.stack_file).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.stack_file);
+        stack::user_frames(&dump, &self.dir.join(super::WORKER_FILE))
+    }
+
+    /// Whether a message (or the end of the connection) is there to read within `timeout`.
+    fn readable(&self, timeout: Duration) -> io::Result<bool> {
+        let mut fd = libc::pollfd {
+            fd: self.conn.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        loop {
+            // SAFETY: one valid pollfd, for the duration of the call.
+            let n = unsafe { libc::poll(&mut fd, 1, ms) };
+            if n >= 0 {
+                return Ok(n > 0);
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
     }
 
     /// The batch the worker wrote to `file`, mapped: its pages are the batch's bytes from here
@@ -245,10 +452,39 @@ impl Process {
     }
 }
 
+/// The connection of the worker `child` once its interpreter is up; it may instead exit (no
+/// numpy, a broken interpreter), which is then the reason, or be given up on (`waiting` says
+/// `false`).
+fn accept(
+    listener: &UnixListener,
+    child: &mut Child,
+    waiting: &mut dyn FnMut() -> bool,
+) -> Result<UnixStream, String> {
+    loop {
+        match listener.accept() {
+            Ok((conn, _)) => return Ok(conn),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!(
+                        "the Python worker exited ({}) before it started; its output is above",
+                        describe(status)
+                    ));
+                }
+                if !waiting() {
+                    return Err(STOPPED.to_owned());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(format!("cannot accept the Python worker: {e}")),
+        }
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.stack_file);
     }
 }
 

@@ -10,6 +10,18 @@ HETGEN_WORKER_SOCKET: 4-byte little-endian lengths, each followed by that many b
     pipeline -> worker   {"batch": {"epoch": E, "ids": [...], "file": NAME}}
     worker -> pipeline   {"made": {"bytes": B, "tensors": [...], "structure": "..."}}
                          or {"error": {"kind": ..., "message": ..., "sample": ID?}}
+    pipeline -> worker   {"probe": {"epoch": E, "ids": [...]}}  (``__getitem__`` only)
+    worker -> pipeline   {"probed": N} or {"error": ...}
+
+What a worker is doing is in the 16 bytes of the file HETGEN_WORKER_PROGRESS, which it maps:
+a step count and the step (0: none yet, sample id + 1: that sample's ``__getitem__``, 2**64 - 1:
+collating and writing the batch), stored before each step; a store, not a message, so that it
+costs next to nothing per sample. The pipeline reads it when a worker dies (the sample it died
+on: a crash, the OOM killer) and while it waits for an answer (a step that outlasts the
+per-sample deadline). At that deadline the pipeline sends the signal
+HETGEN_WORKER_STACK_SIGNAL, on which ``faulthandler`` writes every thread's stack to the file
+HETGEN_WORKER_STACK and the worker ends by that signal. A probe makes samples without collating
+them: after a worker died, the pipeline probes the samples alone to find the one that kills it.
 
 A batch's tensors are written one after another (each at a 64-byte aligned offset) into the
 file NAME of the shared-memory folder, which the pipeline maps and sends as it is: the batch is
@@ -19,17 +31,28 @@ dataset's own prints and warnings reach the host's log untouched.
 Randomness: before each ``__getitem__`` the worker seeds Python's ``random``, numpy's global
 generator and torch's (when the dataset imported them) from (job seed, epoch, sample id)
 alone, so a sample is the same whichever host or worker makes it.
+
+A worker whose pipeline is gone (killed, or stopped by a signal before it could stop its
+workers) removes the shared-memory folder, which nothing else would, and exits; SIGINT and
+SIGTERM, which reach a host's whole process group, leave it to its pipeline to stop it.
 """
 
+import contextlib
+import faulthandler
 import importlib.util
 import json
 import math
 import mmap
 import os
 import random
+import select
+import shutil
+import signal
 import socket
 import struct
 import sys
+import threading
+import time
 import traceback
 
 MASK = (1 << 64) - 1
@@ -108,9 +131,11 @@ def hyperparameter(value):
 BF16 = "bfloat16"
 
 
-def as_array(value, where):
+def as_array(value, where, first=lambda: None):
     """`value` (a numpy array, a torch tensor, a Python or numpy number) as a numpy array and
-    the dtype name it travels as."""
+    the dtype name it travels as. `first()`: how the batch's first sample has the field (`sample
+    3's is an int`) when `value` is another sample's, asked only for a value that cannot
+    travel."""
     import numpy as np
 
     torch = sys.modules.get("torch")
@@ -132,18 +157,35 @@ def as_array(value, where):
     else:
         raise Failure(
             "type",
-            f"field `{where}` is a {type(value).__name__}: hetgen batches carry numpy arrays, "
-            "torch tensors and Python numbers; convert it in your dataset, or pass a `collate` "
-            "that does",
+            f"field `{where}` is {article(type(value).__name__)}{unlike(first)}: hetgen batches "
+            "carry numpy arrays, torch tensors and Python numbers; convert it in your dataset, or "
+            "pass a `collate` that does",
         )
     name = array.dtype.name
     if name not in DTYPES:
         raise Failure(
             "type",
-            f"field `{where}` has dtype {name}, which hetgen does not carry (it carries "
-            f"{', '.join(sorted(DTYPES))}); convert it in your dataset",
+            f"field `{where}` has dtype {name}{unlike(first)}, which hetgen does not carry (it "
+            f"carries {', '.join(sorted(DTYPES))}); convert it in your dataset",
         )
     return array, name
+
+
+def unlike(first):
+    other = first()
+    return f" ({other})" if other else ""
+
+
+def article(noun):
+    return f"an {noun}" if noun[:1] in "aeiouAEIOU" else f"a {noun}"
+
+
+def described(value):
+    """How a field's value reads in a message: `an int`, `a ndarray of float32`."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return article(type(value).__name__)
+    return f"{article(type(value).__name__)} of {dtype}"
 
 
 DTYPES = {"uint8", "int8", "int16", "int32", "int64", "float16", BF16, "float32", "float64", "bool"}
@@ -198,7 +240,11 @@ def stack_plan(samples, ids):
                     "have the same fields to stack; pass a `collate` for samples that differ",
                     sid,
                 ) from None
-            arrays.append(as_array(value, name))
+            try:
+                arrays.append(as_array(value, name, lambda: first_of(samples, ids, path, sid)))
+            except Failure as failure:
+                # The field is the sample's: its id is what the user needs to look at.
+                raise Failure("type", failure.message, sid) from None
         first, first_type = arrays[0]
         for (array, dtype), sid in zip(arrays, ids):
             if array.shape != first.shape or dtype != first_type:
@@ -207,11 +253,18 @@ def stack_plan(samples, ids):
                     f"field `{name}` does not stack: sample {ids[0]} has shape "
                     f"{list(first.shape)} ({first_type}), sample {sid} has {list(array.shape)} "
                     f"({dtype}); pad it in your dataset, or pass a `collate` "
-                    "(`[pipeline] source = {{ ..., collate = \"data.py:collate\" }}`)",
+                    '(`[pipeline] source = { ..., collate = "data.py:collate" }`)',
                     sid,
                 )
         fields.append((name, first_type, (len(samples),) + first.shape, [a for a, _ in arrays]))
     return structure, fields
+
+
+def first_of(samples, ids, path, sid):
+    """How the batch's first sample has the field at `path`, when `sid` is another sample."""
+    if sid == ids[0]:
+        return None
+    return f"sample {ids[0]}'s is {described(pick(samples[0], path))}"
 
 
 def collated_plan(batch):
@@ -291,14 +344,43 @@ def send(conn, message):
     conn.sendall(struct.pack("<I", len(body)) + body)
 
 
-def make(dataset, collate, setup, epoch, ids, file_name):
-    samples = []
-    for sid in ids:
-        seed_everything(sample_seed(setup["seed"], epoch, sid))
+class Progress:
+    """The step this worker is at, in the file the pipeline reads (see the top of this file)."""
+
+    COLLATING = (1 << 64) - 1
+
+    def __init__(self, path):
+        fd = os.open(path, os.O_RDWR)
         try:
-            samples.append(dataset[sid])
-        except Exception:
-            raise Failure("getitem", user_traceback(), sid) from None
+            self.memory = mmap.mmap(fd, 16)
+        finally:
+            os.close(fd)
+        self.steps = 0
+
+    def sample(self, sid):
+        self._at(sid + 1)
+
+    def collating(self):
+        self._at(self.COLLATING)
+
+    def _at(self, step):
+        self.steps += 1
+        struct.pack_into("<QQ", self.memory, 0, self.steps, step)
+
+
+def getitem(progress, dataset, setup, epoch, sid):
+    """Sample `sid`, seeded for `epoch`, once the pipeline can see it is being made."""
+    progress.sample(sid)
+    seed_everything(sample_seed(setup["seed"], epoch, sid))
+    try:
+        return dataset[sid]
+    except Exception:
+        raise Failure("getitem", user_traceback(), sid) from None
+
+
+def make(progress, dataset, collate, setup, epoch, ids, file_name):
+    samples = [getitem(progress, dataset, setup, epoch, sid) for sid in ids]
+    progress.collating()
     if collate is None:
         structure, fields = stack_plan(samples, ids)
         stacked = True
@@ -313,19 +395,157 @@ def make(dataset, collate, setup, epoch, ids, file_name):
     return {"bytes": total, "tensors": tensors, "structure": json.dumps(structure)}
 
 
-def main():
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(os.environ["HETGEN_WORKER_SOCKET"])
-    setup = receive(conn)["setup"]
+def probe(progress, dataset, setup, epoch, ids):
+    """Samples `ids` made and dropped, uncollated: whether one of them alone kills the worker."""
+    for sid in ids:
+        getitem(progress, dataset, setup, epoch, sid)
+    return len(ids)
+
+
+def build(setup):
+    """The dataset and the collate function of `setup`, and the dataset's length."""
     code_dir = setup["code_dir"]
     if code_dir not in sys.path:
         sys.path.insert(0, code_dir)
+    factory = load(code_dir, setup["dataset"])
+    collate = load(code_dir, setup["collate"]) if setup.get("collate") else None
+    hyperparameters = {k: hyperparameter(v) for k, v in setup["hyperparameters"].items()}
+    dataset = factory(setup["path"], hyperparameters)
+    refuse_unindexable(dataset, setup["dataset"])
+    return dataset, collate, len(dataset)
+
+
+def refuse_unindexable(dataset, ref):
+    """hetgen hands a worker sample ids: a dataset it cannot index by them fails here, naming
+    the factory, rather than on sample 0 in hetgen's frames."""
+    data = sys.modules.get("torch.utils.data")
+    iterable = data is not None and isinstance(dataset, data.IterableDataset)
+    kind = type(dataset)
+    missing = [m for m in ("__len__", "__getitem__") if not hasattr(kind, m)]
+    if not iterable and not missing:
+        return
+    what = "an IterableDataset" if iterable else f"{article(kind.__name__)} without `{missing[0]}`"
+    raise Failure(
+        "setup",
+        f"a map-style dataset (`__len__` and `__getitem__`) is required; "
+        f"`{ref['file']}:{ref['name']}` returned {what} (`{kind.__module__}.{kind.__qualname__}`): "
+        "hetgen hands each worker sample ids, and calls `__getitem__(i)` for each; make the "
+        "factory return a dataset indexed by position (for a stream, read it into a list, or "
+        "index its files or records)",
+    )
+
+
+class Parent:
+    """The pipeline that started this worker, watched for its end: through a pidfd, which turns
+    readable when it has exited (Linux 5.3, Python 3.9), else by this worker's parent id, which
+    changes when it has gone."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def gone(self, within=0.0, every=0.05):
+        """Whether the pipeline has ended, waiting up to `within` seconds (None: until it has);
+        without a pidfd, looking every `every` seconds."""
+        if self.fd is not None:
+            # One poll object per call: the watcher thread and the main thread both wait.
+            poll = select.poll()
+            poll.register(self.fd, select.POLLIN)
+            return bool(poll.poll(None if within is None else int(within * 1000)))
+        deadline = None if within is None else time.monotonic() + within
+        while os.getppid() == self.pid:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(every)
+        return True
+
+
+def leave_shared_memory():
+    """The pipeline is gone: its shared-memory folder goes too, as no one else would remove it."""
+    shutil.rmtree(os.path.dirname(os.path.abspath(__file__)), ignore_errors=True)
+
+
+def watch_parent(parent):
+    """A worker busy in the user's code notices no closed socket: it leaves as soon as its
+    pipeline ends instead (a data server killed while its workers build the dataset)."""
+    parent.gone(None, every=1.0)
+    leave_shared_memory()
+    os._exit(0)
+
+
+def arm_stack_dump():
+    """On the pipeline's signal, every thread's stack goes to the file the pipeline reads, and
+    the worker ends by that signal (``chain``: its default action, once the stack is written)."""
+    number = int(os.environ["HETGEN_WORKER_STACK_SIGNAL"])
+    signal.signal(number, signal.SIG_DFL)
+    stack = open(os.environ["HETGEN_WORKER_STACK"], "w")  # noqa: SIM115 (lives as long as we do)
+    faulthandler.register(number, file=stack, all_threads=True, chain=True)
+    return stack
+
+
+def serve(conn, dataset, collate, setup):
+    progress = Progress(os.environ["HETGEN_WORKER_PROGRESS"])
+    while True:
+        message = receive(conn)
+        if message is None:
+            return 0
+        try:
+            if "probe" in message:
+                request = message["probe"]
+                probed = probe(progress, dataset, setup, request["epoch"], request["ids"])
+                send(conn, {"probed": probed})
+                continue
+            request = message["batch"]
+            made = make(
+                progress, dataset, collate, setup, request["epoch"], request["ids"], request["file"]
+            )
+            try:
+                send(conn, {"made": made})
+            except (BrokenPipeError, ConnectionError):
+                # The pipeline died (SIGKILL, the OOM killer) before it took the batch: its
+                # shared memory would outlive both processes, so it goes now (unless the folder
+                # went already).
+                if made["bytes"]:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(setup["shm_dir"], request["file"]))
+                raise
+        except Failure as failure:
+            error = {"kind": failure.kind, "message": failure.message}
+            if failure.sample is not None:
+                error["sample"] = failure.sample
+            send(conn, {"error": error})
+        except (BrokenPipeError, ConnectionError):
+            raise
+        except Exception:
+            send(conn, {"error": {"kind": "write", "message": user_traceback()}})
+
+
+def outlive(signum, frame):
+    """SIGINT and SIGTERM reach a host's whole process group (Ctrl-C, a stopped job): the
+    pipeline stops its workers itself (SIGKILL), and a worker whose pipeline has ended leaves by
+    itself, removing the shared memory, which a worker that died with it could not. A handler,
+    not SIG_IGN, so that programs the dataset starts do not inherit an ignored signal."""
+
+
+def main(parent):
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, outlive)
+    threading.Thread(target=watch_parent, args=(parent,), name="hetgen-parent", daemon=True).start()
+    stack = arm_stack_dump()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(os.environ["HETGEN_WORKER_SOCKET"])
+    message = receive(conn)
+    if message is None:
+        return 0
+    setup = message["setup"]
     try:
-        factory = load(code_dir, setup["dataset"])
-        collate = load(code_dir, setup["collate"]) if setup.get("collate") else None
-        hyperparameters = {k: hyperparameter(v) for k, v in setup["hyperparameters"].items()}
-        dataset = factory(setup["path"], hyperparameters)
-        length = len(dataset)
+        dataset, collate, length = build(setup)
+    except Failure as failure:
+        send(conn, {"error": {"kind": "setup", "message": failure.message}})
+        return 1
     except BaseException:
         send(conn, {"error": {"kind": "setup", "message": user_traceback()}})
         return 1
@@ -334,33 +554,23 @@ def main():
         # As a DataLoader worker does: the host's cores belong to the workers, one each.
         torch.set_num_threads(1)
     send(conn, {"ready": {"len": length}})
-    while True:
-        message = receive(conn)
-        if message is None:
-            return 0
-        request = message["batch"]
-        try:
-            made = make(dataset, collate, setup, request["epoch"], request["ids"], request["file"])
-            try:
-                send(conn, {"made": made})
-            except (BrokenPipeError, ConnectionError):
-                # The pipeline died (SIGKILL, the OOM killer) before it took the batch: its
-                # shared memory would outlive both processes, so it goes now.
-                if made["bytes"]:
-                    os.unlink(os.path.join(setup["shm_dir"], request["file"]))
-                raise
-        except Failure as failure:
-            error = {"kind": failure.kind, "message": failure.message}
-            if failure.sample is not None:
-                error["sample"] = failure.sample
-            send(conn, {"error": error})
-        except Exception:
-            send(conn, {"error": {"kind": "write", "message": user_traceback()}})
+    try:
+        return serve(conn, dataset, collate, setup)
+    finally:
+        stack.close()
 
 
 if __name__ == "__main__":
+    # The pipeline's process id, from the pipeline: one that died before this line ran is gone
+    # all the same.
+    PARENT = Parent(int(os.environ["HETGEN_WORKER_PARENT"]))
     try:
-        sys.exit(main())
+        CODE = main(PARENT)
     except (BrokenPipeError, ConnectionError):
-        # The pipeline is gone (its process ended or stopped this worker): nothing to tell.
-        sys.exit(0)
+        # The pipeline closed the connection (it stopped this worker), or is gone.
+        CODE = 0
+    # A pipeline that ends closes its sockets before it has ended (a killed data server): this
+    # worker sees that first. One that closed this worker's socket to stop it kills it at once.
+    if PARENT.gone(within=5.0):
+        leave_shared_memory()
+    sys.exit(CODE)
