@@ -54,6 +54,14 @@ impl SampleRng {
     }
 }
 
+/// The seed of one sample of a Python dataset: what its worker seeds Python's `random`,
+/// numpy's and torch's global generators with before `__getitem__`. The first draw of the
+/// sample's own stream, so a built-in pipeline and a Python dataset key their randomness the
+/// same way, and computed here only: the worker is handed it with the sample's id.
+pub fn python_seed(seed: u64, epoch: u32, id: u64) -> u64 {
+    SampleRng::new(seed, epoch, id).next_u64()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

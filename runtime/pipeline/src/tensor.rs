@@ -9,28 +9,40 @@ use serde::{Deserialize, Serialize};
 
 /// Element type of a tensor. Every type is stored little-endian; `Bf16` is the upper half of an
 /// `f32`, as `torch.bfloat16`; `Bool` is one byte, 0 or 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+///
+/// [`DType::name`] is the one table of names: serde, the wire, the worker protocol and
+/// Python's views all spell a type as it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
-    #[serde(rename = "uint8")]
     U8,
-    #[serde(rename = "int8")]
     I8,
-    #[serde(rename = "int16")]
     I16,
-    #[serde(rename = "int32")]
     I32,
-    #[serde(rename = "int64")]
     I64,
-    #[serde(rename = "float16")]
     F16,
-    #[serde(rename = "bfloat16")]
     Bf16,
-    #[serde(rename = "float32")]
     F32,
-    #[serde(rename = "float64")]
     F64,
     Bool,
+}
+
+impl Serialize for DType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for DType {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        DType::from_name(&name).ok_or_else(|| {
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+            serde::de::Error::custom(format!(
+                "unknown dtype `{name}` (known: {})",
+                names.join(", ")
+            ))
+        })
+    }
 }
 
 impl DType {

@@ -18,6 +18,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::process::{Doing, Failed, Made, Process};
+use super::protocol::ErrorKind;
 use super::{BUILD_LOG_EVERY, Job, MAX_DEATHS, Pool, SAMPLE_TIMEOUT_VAR};
 use crate::PipelineError;
 
@@ -168,7 +169,7 @@ impl Maker<'_> {
                 kind,
                 message,
                 sample,
-            } => Err(user_error(&kind, message, sample)),
+            } => Err(user_error(kind, message, sample)),
             Failed::Stuck { doing, stack } => {
                 self.drop_worker();
                 Err(timeout(doing, self.pool.sample_timeout(), stack))
@@ -279,12 +280,12 @@ pub(super) fn timeout(doing: Doing, deadline: Duration, stack: String) -> Pipeli
 }
 
 /// The user's code failed on a batch: an error the trainer sees with the traceback.
-pub(super) fn user_error(kind: &str, message: String, sample: Option<u64>) -> PipelineError {
+pub(super) fn user_error(kind: ErrorKind, message: String, sample: Option<u64>) -> PipelineError {
     let stage = match (kind, sample) {
-        ("getitem", _) => "__getitem__",
-        ("collate", _) => "collate",
+        (ErrorKind::Getitem, _) => "__getitem__",
+        (ErrorKind::Collate, _) => "collate",
         // A sample's field that does not stack, or cannot travel at all.
-        ("stack", _) | ("type", Some(_)) => "default collate",
+        (ErrorKind::Stack, _) | (ErrorKind::Type, Some(_)) => "default collate",
         _ => "batch",
     };
     match sample {

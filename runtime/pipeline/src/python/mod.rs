@@ -17,6 +17,7 @@
 
 mod make;
 mod process;
+mod protocol;
 mod stack;
 pub mod usage;
 
@@ -31,12 +32,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hetgen_spec::model::{Pipeline, PythonRef};
-use serde_json::{Value, json};
 
 use crate::engine::{BACKGROUND_NICE, lower_priority};
 use crate::{Batch, Batches, PipelineError, ShardWork};
 use make::{serve, user_error};
 use process::{Failed, Made, Process};
+use protocol::Setup;
 
 /// The worker's source, written into the shared-memory folder and run by the job's Python.
 const WORKER_PY: &str = include_str!("worker.py");
@@ -89,7 +90,7 @@ struct Job {
 /// What the worker threads share.
 struct Pool {
     command: Box<dyn Fn() -> Command + Send + Sync>,
-    setup: Value,
+    setup: Setup,
     /// `file.py:factory`, for errors.
     dataset: String,
     /// Where the workers write batches (and their sockets are); removed first thing when the
@@ -171,16 +172,16 @@ impl Workers {
                 .stdin(std::process::Stdio::null());
             command
         };
-        let refer = |r: &PythonRef| json!({ "file": r.file, "name": r.name });
-        let wire_setup = json!({
-            "code_dir": setup.code_dir,
-            "dataset": refer(dataset),
-            "collate": collate.map(refer),
-            "path": path,
-            "hyperparameters": setup.hyperparameters,
-            "seed": seed,
-            "shm_dir": dir,
-        });
+        let wire_setup = Setup {
+            code_dir: setup.code_dir.clone(),
+            dataset: dataset.into(),
+            collate: collate.map(Into::into),
+            path: path.to_owned(),
+            hyperparameters: setup.hyperparameters.clone(),
+            shm_dir: dir.clone(),
+            dtypes: Setup::dtypes(),
+            seed,
+        };
         let failed = |message: String| PipelineError::PythonSetup {
             dataset: dataset.to_string(),
             message,
@@ -281,7 +282,7 @@ fn first_sample(
                 kind,
                 message,
                 sample,
-            } => user_error(&kind, message, sample),
+            } => user_error(kind, message, sample),
             Failed::Died { how, .. } => failed(format!("the worker died making sample 0 ({how})")),
             Failed::Stuck { doing, stack } => make::timeout(doing, deadline, stack),
         })?;
@@ -334,7 +335,7 @@ fn sample_timeout_from_env() -> Result<Duration, PipelineError> {
 fn start_all(
     command: &(dyn Fn() -> Command + Sync),
     dir: &Path,
-    setup: &Value,
+    setup: &Setup,
     threads: usize,
     dataset: &str,
 ) -> Result<Vec<(Process, u64)>, String> {

@@ -1,6 +1,7 @@
-//! One Python worker process and the conversation with it (the protocol is described at the
-//! top of `worker.py`): started, handed its setup, asked for batches and probes (each step of
-//! one within the deadline it is given, as its progress slot shows), and killed when dropped.
+//! One Python worker process and the conversation with it (the messages are
+//! [`super::protocol`]'s): started, handed its setup, asked for batches and probes (each step
+//! of one within the deadline it is given, as its progress slot shows), and killed when
+//! dropped.
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -10,11 +11,10 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::{Value, json};
 
+use super::protocol::{ErrorKind, MadeBatch, Reply, Request, Setup};
 use super::stack;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// Largest message a worker may send (its batch's description, or a traceback).
 const MAX_MESSAGE: usize = 64 << 20;
@@ -52,10 +52,10 @@ pub(super) enum Doing {
 
 /// Why a request did not give a batch.
 pub(super) enum Failed {
-    /// The user's code (or its samples) failed: `kind` is `getitem`, `collate`, `stack`,
-    /// `type` or `write`; `sample` the id when one is to blame.
+    /// The user's code (or its samples) failed where `kind` says; `sample` the id when one is
+    /// to blame.
     User {
-        kind: String,
+        kind: ErrorKind,
         message: String,
         sample: Option<u64>,
     },
@@ -72,6 +72,8 @@ pub(super) struct Process {
     dir: PathBuf,
     next_file: u64,
     name: String,
+    /// The job's seed, from which each sample's is computed.
+    seed: u64,
     /// Where the worker writes its stack on [`STACK_SIGNAL`].
     stack_file: PathBuf,
     /// Its progress slot (`worker.py` describes it), mapped.
@@ -131,14 +133,6 @@ impl Drop for Slot {
     }
 }
 
-#[derive(Deserialize)]
-struct WireTensor {
-    name: String,
-    dtype: String,
-    shape: Vec<u64>,
-    offset: u64,
-}
-
 impl Process {
     /// Starts the worker `name` with `command`, sends it `setup` and waits until its dataset is
     /// built: `Ok((process, samples))`, or the traceback of why it could not be. `waiting` is
@@ -148,7 +142,7 @@ impl Process {
         mut command: Command,
         dir: &Path,
         name: &str,
-        setup: &Value,
+        setup: &Setup,
         waiting: &mut dyn FnMut(Duration) -> bool,
     ) -> Result<(Process, u64), String> {
         let begun = Instant::now();
@@ -186,10 +180,11 @@ impl Process {
             dir: dir.to_owned(),
             next_file: 0,
             name: name.to_owned(),
+            seed: setup.seed,
             stack_file,
             progress,
         };
-        let sent = process.send(&json!({ "setup": setup }));
+        let sent = process.send(&Request::Setup(setup));
         // Building the dataset may take minutes (downloads, indexes): the caller hears of it.
         while sent.is_ok() && !process.readable(TICK).unwrap_or(true) {
             if !waiting(begun.elapsed()) {
@@ -197,17 +192,14 @@ impl Process {
             }
         }
         match sent.and_then(|()| process.receive()) {
-            Ok(reply) => {
-                if let Some(len) = reply.pointer("/ready/len").and_then(Value::as_u64) {
-                    Ok((process, len))
-                } else if let Some(message) =
-                    reply.pointer("/error/message").and_then(Value::as_str)
-                {
-                    Err(message.to_owned())
-                } else {
-                    Err(format!("the Python worker answered its setup with {reply}"))
-                }
-            }
+            Ok(Reply::Ready { len }) => Ok((process, len)),
+            Ok(Reply::Error(error)) => Err(error.message),
+            Ok(reply) => Err(format!(
+                "the Python worker answered its setup with {reply:?}"
+            )),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(format!(
+                "the Python worker broke the protocol building the dataset: {e}"
+            )),
             Err(_) => Err(format!(
                 "the Python worker died while building the dataset ({})",
                 process.exit_status()
@@ -236,12 +228,13 @@ impl Process {
     ) -> Result<Made, Failed> {
         self.next_file += 1;
         let file = format!("{}-{}", self.name, self.next_file);
-        let request = json!({ "batch": { "epoch": epoch, "ids": ids, "file": file } });
-        let reply = self.ask(&request, deadline)?;
-        let made = reply.get("made").ok_or_else(|| Failed::Died {
-            how: format!("the worker answered {reply}"),
-            doing: Doing::Collate,
-        })?;
+        let reply = self.ask(&Request::batch(self.seed, epoch, ids, &file), deadline)?;
+        let Reply::Made(made) = reply else {
+            return Err(self.broke(
+                format!("it answered a batch with {reply:?}"),
+                Doing::Collate,
+            ));
+        };
         self.collect(&file, made).map_err(|how| Failed::Died {
             how,
             doing: Doing::Collate,
@@ -256,16 +249,12 @@ impl Process {
         ids: &[u64],
         deadline: Duration,
     ) -> Result<(), Failed> {
-        let reply = self.ask(
-            &json!({ "probe": { "epoch": epoch, "ids": ids } }),
-            deadline,
-        )?;
-        match reply.get("probed") {
-            Some(_) => Ok(()),
-            None => Err(Failed::Died {
-                how: format!("the worker answered {reply}"),
-                doing: Doing::Nothing,
-            }),
+        match self.ask(&Request::probe(self.seed, epoch, ids), deadline)? {
+            Reply::Probed(n) if n == ids.len() as u64 => Ok(()),
+            reply => Err(self.broke(
+                format!("it answered a probe with {reply:?}"),
+                Doing::Nothing,
+            )),
         }
     }
 
@@ -273,7 +262,7 @@ impl Process {
     /// (a sample, the collate) must come within `deadline`, else the worker's stack is taken
     /// and it is killed. Its slot is looked at every tenth of the deadline (at most a second),
     /// so a step is found stuck between `deadline` and that much more after it began.
-    fn ask(&mut self, request: &Value, deadline: Duration) -> Result<Value, Failed> {
+    fn ask(&mut self, request: &Request, deadline: Duration) -> Result<Reply, Failed> {
         let every = (deadline / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let (asked_at, _) = self.progress.read();
         // What it is doing for this request: nothing yet while its count is the one it had.
@@ -301,16 +290,30 @@ impl Process {
                 Err(_) => return Err(self.died(doing(self))),
             }
         }
-        let Ok(message) = self.receive() else {
-            return Err(self.died(doing(self)));
-        };
-        match message.get("error") {
-            Some(error) => Err(Failed::User {
-                kind: error["kind"].as_str().unwrap_or("worker").to_owned(),
-                message: error["message"].as_str().unwrap_or_default().to_owned(),
-                sample: error["sample"].as_u64(),
+        match self.receive() {
+            Ok(Reply::Error(error)) => Err(Failed::User {
+                kind: error.kind,
+                message: error.message,
+                sample: error.sample,
             }),
-            None => Ok(message),
+            Ok(reply) => Ok(reply),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                let doing = doing(self);
+                Err(self.broke(e.to_string(), doing))
+            }
+            Err(_) => Err(self.died(doing(self))),
+        }
+    }
+
+    /// The worker said something the protocol does not: it is stopped, as if it had died.
+    fn broke(&mut self, what: String, doing: Doing) -> Failed {
+        let _ = self.child.kill();
+        Failed::Died {
+            how: format!(
+                "it broke the worker protocol: {what}; {}",
+                self.exit_status()
+            ),
+            doing,
         }
     }
 
@@ -362,23 +365,13 @@ impl Process {
     /// The batch the worker wrote to `file`, mapped: its pages are the batch's bytes from here
     /// to the socket. The file is unlinked at once, so the memory is the mapping's alone and
     /// returns to the system when the last `Bytes` of it is dropped.
-    fn collect(&self, file: &str, made: &Value) -> Result<Made, String> {
-        let bytes = made["bytes"].as_u64().ok_or("a batch without its size")? as usize;
-        let structure = made["structure"].as_str().unwrap_or_default().to_owned();
-        let wire: Vec<WireTensor> = serde_json::from_value(made["tensors"].clone())
-            .map_err(|e| format!("a batch's tensors: {e}"))?;
-        let tensors = wire
-            .into_iter()
-            .map(|t| {
-                Ok(Tensor {
-                    dtype: DType::from_name(&t.dtype)
-                        .ok_or_else(|| format!("tensor `{}` of dtype {}", t.name, t.dtype))?,
-                    name: t.name,
-                    shape: t.shape,
-                    offset: t.offset,
-                })
-            })
-            .collect::<Result<Vec<_>, String>>()?;
+    fn collect(&self, file: &str, made: MadeBatch) -> Result<Made, String> {
+        let MadeBatch {
+            bytes,
+            tensors,
+            structure,
+        } = made;
+        let bytes = bytes as usize;
         let data = if bytes == 0 {
             Bytes::new()
         } else {
@@ -409,14 +402,15 @@ impl Process {
         })
     }
 
-    fn send(&mut self, message: &Value) -> io::Result<()> {
+    fn send(&mut self, message: &Request) -> io::Result<()> {
         let body = serde_json::to_vec(message)?;
         let mut frame = (body.len() as u32).to_le_bytes().to_vec();
         frame.extend_from_slice(&body);
         self.conn.write_all(&frame)
     }
 
-    fn receive(&mut self) -> io::Result<Value> {
+    /// The next reply; one that is not a [`Reply`] is `InvalidData`.
+    fn receive(&mut self) -> io::Result<Reply> {
         let mut head = [0u8; 4];
         self.conn.read_exact(&mut head)?;
         let len = u32::from_le_bytes(head) as usize;

@@ -5,13 +5,17 @@ hetgen's pipeline (Rust) starts one such process per pipeline thread, each with 
 interpreter (no GIL shared between workers), and talks to it over a Unix socket given in
 HETGEN_WORKER_SOCKET: 4-byte little-endian lengths, each followed by that many bytes of JSON.
 
-    pipeline -> worker   {"setup": {...}}                     once
+    pipeline -> worker   {"setup": {..., "dtypes": {NAME: SIZE, ...}}}   once
     worker -> pipeline   {"ready": {"len": N}}                or {"error": {...}}, then exit
-    pipeline -> worker   {"batch": {"epoch": E, "ids": [...], "file": NAME}}
+    pipeline -> worker   {"batch": {"ids": [...], "seeds": [...], "file": NAME}}
     worker -> pipeline   {"made": {"bytes": B, "tensors": [...], "structure": "..."}}
                          or {"error": {"kind": ..., "message": ..., "sample": ID?}}
-    pipeline -> worker   {"probe": {"epoch": E, "ids": [...]}}  (``__getitem__`` only)
+    pipeline -> worker   {"probe": {"ids": [...], "seeds": [...]}}  (made, not collated)
     worker -> pipeline   {"probed": N} or {"error": ...}
+
+These are the types of the pipeline's `python/protocol.rs`, which owns them: what both sides
+must agree on is decided there, once, and handed over. Each sample's seed comes with its id,
+and the element types a field may travel as, with their sizes, come in the setup.
 
 What a worker is doing is in the 16 bytes of the file HETGEN_WORKER_PROGRESS, which it maps:
 a step count and the step (0: none yet, sample id + 1: that sample's ``__getitem__``, 2**64 - 1:
@@ -29,7 +33,8 @@ never copied again on this host. The worker writes nothing else to stdout or std
 dataset's own prints and warnings reach the host's log untouched.
 
 Randomness: before each ``__getitem__`` the worker seeds Python's ``random``, numpy's global
-generator and torch's (when the dataset imported them) from (job seed, epoch, sample id)
+generator and torch's (when the dataset imported them) with the seed the pipeline computed from
+(job seed, epoch, sample id) and sent with the id
 alone, so a sample is the same whichever host or worker makes it.
 
 A worker whose pipeline is gone (killed, or stopped by a signal before it could stop its
@@ -55,16 +60,7 @@ import threading
 import time
 import traceback
 
-MASK = (1 << 64) - 1
 ALIGN = 64
-
-
-def sample_seed(seed, epoch, sample):
-    """SplitMix64 over the three numbers: the seed of one sample's randomness."""
-    x = (seed * 0x9E3779B97F4A7C15 + (epoch + 1) * 0xBF58476D1CE4E5B9 + sample) & MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
-    return x ^ (x >> 31)
 
 
 def seed_everything(seed):
@@ -128,7 +124,12 @@ def hyperparameter(value):
 
 # --- samples to tensors ---------------------------------------------------------------------
 
+# torch's bfloat16, which numpy lacks: it travels as its raw 16 bits.
 BF16 = "bfloat16"
+
+# Bytes per element of every type a field may travel as, by name: the pipeline's table, from
+# the setup (`main`).
+DTYPES = {}
 
 
 def as_array(value, where, first=lambda: None):
@@ -188,7 +189,6 @@ def described(value):
     return f"{article(type(value).__name__)} of {dtype}"
 
 
-DTYPES = {"uint8", "int8", "int16", "int32", "int64", "float16", BF16, "float32", "float64", "bool"}
 
 
 def skeleton(sample, path, leaves):
@@ -286,7 +286,7 @@ def write(shm_dir, file_name, fields, stacked):
     tensors, offset = [], 0
     for name, dtype, shape, _ in fields:
         offset = -(-offset // ALIGN) * ALIGN
-        size = math.prod(shape) * (2 if dtype == BF16 else np.dtype(dtype).itemsize)
+        size = math.prod(shape) * DTYPES[dtype]
         tensors.append({"name": name, "dtype": dtype, "shape": list(shape), "offset": offset})
         offset += size
     total = offset
@@ -368,18 +368,19 @@ class Progress:
         struct.pack_into("<QQ", self.memory, 0, self.steps, step)
 
 
-def getitem(progress, dataset, setup, epoch, sid):
-    """Sample `sid`, seeded for `epoch`, once the pipeline can see it is being made."""
+def getitem(progress, dataset, sid, seed):
+    """Sample `sid`, with the generators seeded with its `seed`, once the pipeline can see it
+    is being made."""
     progress.sample(sid)
-    seed_everything(sample_seed(setup["seed"], epoch, sid))
+    seed_everything(seed)
     try:
         return dataset[sid]
     except Exception:
         raise Failure("getitem", user_traceback(), sid) from None
 
 
-def make(progress, dataset, collate, setup, epoch, ids, file_name):
-    samples = [getitem(progress, dataset, setup, epoch, sid) for sid in ids]
+def make(progress, dataset, collate, setup, ids, seeds, file_name):
+    samples = [getitem(progress, dataset, sid, seed) for sid, seed in zip(ids, seeds)]
     progress.collating()
     if collate is None:
         structure, fields = stack_plan(samples, ids)
@@ -395,10 +396,10 @@ def make(progress, dataset, collate, setup, epoch, ids, file_name):
     return {"bytes": total, "tensors": tensors, "structure": json.dumps(structure)}
 
 
-def probe(progress, dataset, setup, epoch, ids):
+def probe(progress, dataset, ids, seeds):
     """Samples `ids` made and dropped, uncollated: whether one of them alone kills the worker."""
-    for sid in ids:
-        getitem(progress, dataset, setup, epoch, sid)
+    for sid, seed in zip(ids, seeds):
+        getitem(progress, dataset, sid, seed)
     return len(ids)
 
 
@@ -495,12 +496,12 @@ def serve(conn, dataset, collate, setup):
         try:
             if "probe" in message:
                 request = message["probe"]
-                probed = probe(progress, dataset, setup, request["epoch"], request["ids"])
+                probed = probe(progress, dataset, request["ids"], request["seeds"])
                 send(conn, {"probed": probed})
                 continue
             request = message["batch"]
             made = make(
-                progress, dataset, collate, setup, request["epoch"], request["ids"], request["file"]
+                progress, dataset, collate, setup, request["ids"], request["seeds"], request["file"]
             )
             try:
                 send(conn, {"made": made})
@@ -541,6 +542,7 @@ def main(parent):
     if message is None:
         return 0
     setup = message["setup"]
+    DTYPES.update(setup["dtypes"])
     try:
         dataset, collate, length = build(setup)
     except Failure as failure:
