@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import math
 import os
 import time
 from typing import Any, Iterator, Mapping, Sequence, Union
@@ -53,25 +51,11 @@ class Batch(tuple):
         )
 
 
-@functools.cache
-def _dtype(name: str):
-    """The numpy dtype a tensor of `name` arrives as. numpy has no bfloat16: such tensors are
-    arrays of a one-field structured dtype (the raw 16 bits), which :mod:`hetgen.torch` turns
-    into ``torch.bfloat16`` tensors."""
-    import numpy as np
-
-    return np.dtype([("bfloat16", "<i2")]) if name == "bfloat16" else np.dtype(name)
-
-
-def _dataset_batch(described, structure: str):
-    """A Python dataset's batch in the structure its samples have: numpy views of the batch's
-    one buffer (no copy), nested in tuples, lists and dicts as the JSON ``structure`` says."""
-    memory, tensors = described
-    arrays = []
-    for _name, dtype, shape, offset in tensors:
-        dt = _dtype(dtype)
-        size = math.prod(shape) * dt.itemsize
-        arrays.append(memory[offset : offset + size].view(dt).reshape(shape))
+def _nested(batch) -> Any:
+    """A Python dataset's batch (a native ``TensorBatch``) in the structure its samples have:
+    its arrays, already numpy views of the batch's one buffer, nested in tuples, lists and dicts
+    as the JSON ``structure`` says."""
+    arrays = batch.arrays
 
     def build(node):
         if isinstance(node, int):
@@ -82,7 +66,7 @@ def _dataset_batch(described, structure: str):
             return [build(n) for n in node["list"]]
         return {key: build(n) for key, n in node["dict"]}
 
-    return build(json.loads(structure))
+    return build(json.loads(batch.structure))
 
 
 class _Progress:
@@ -390,9 +374,9 @@ class Loader:
     def _python_batch(item):
         """A native batch as Python sees it: a :class:`Batch` of images, or a dataset's
         samples in their own structure."""
-        if isinstance(item[1], str):
-            return _dataset_batch(item[0], item[1])
-        return Batch(*item)
+        if isinstance(item, _native.TensorBatch):
+            return _nested(item)
+        return Batch(item.images, item.labels, item.sample_ids, item.epoch, item.shard, item.index)
 
     # -- resume ----------------------------------------------------------------------------
 

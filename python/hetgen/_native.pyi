@@ -1,6 +1,6 @@
 """Type stubs of the native module (``python/src``); the public API is ``hetgen``'s."""
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +26,23 @@ class DataError(HetgenError):
 
 class BatchMemory:
     def __len__(self) -> int: ...
+
+class ImageBatch:
+    images: npt.NDArray[np.uint8]
+    labels: npt.NDArray[np.int64]
+    sample_ids: npt.NDArray[np.uint64]
+    epoch: int
+    shard: int
+    index: int
+
+class TensorBatch:
+    arrays: list[npt.NDArray[Any]]
+    names: list[str]
+    structure: str
+    sample_ids: npt.NDArray[np.uint64]
+    epoch: int
+    shard: int
+    index: int
 
 class NativeLoader:
     def __init__(
@@ -65,23 +82,7 @@ class NativeLoader:
     normalization: list[tuple[list[float], list[float]]]
     def batches_per_epoch(self) -> int: ...
     def remaining_in_epoch(self) -> tuple[int, int]: ...
-    # Built-in images: (images, labels, sample_ids, epoch, shard, index). A Python dataset's
-    # batch: ((memory, [(name, dtype, shape, offset), ...]), structure JSON, sample_ids, ...).
-    def next_batch(
-        self,
-    ) -> Optional[
-        tuple[
-            Union[
-                npt.NDArray[np.uint8],
-                tuple[npt.NDArray[np.uint8], list[tuple[str, str, list[int], int]]],
-            ],
-            Union[npt.NDArray[np.int64], str],
-            npt.NDArray[np.uint64],
-            int,
-            int,
-            int,
-        ]
-    ]: ...
+    def next_batch(self) -> Optional[Union[ImageBatch, TensorBatch]]: ...
     def position(self) -> str: ...
     def restart(self, position: str) -> None: ...
     def close(self) -> None: ...

@@ -10,10 +10,10 @@
 
 use bytes::Bytes;
 use hetgen_pipeline::Batch;
+use hetgen_pipeline::DType;
 use numpy::ndarray::{ArrayView1, ArrayView4};
 use numpy::{PyArray1, PyArray4};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 /// The memory of one batch, kept alive by the numpy arrays that view it.
 #[pyclass(module = "hetgen._native", frozen)]
@@ -29,19 +29,51 @@ impl BatchMemory {
     }
 }
 
-/// A batch handed to Python as three items: `(images, labels, sample_ids)`, `uint8`
-/// `[n, h, w, c]`, `int64` `[n]` and `uint64` `[n]` for built-in images;
-/// `((memory, tensors), structure, sample_ids)` for a Python dataset's batch, where `memory` is
-/// a `uint8` array of the batch's bytes, `tensors` a list of `(name, dtype, shape, offset)` and
-/// `structure` the JSON of how they nest (the Python side views and nests them; see
-/// `hetgen/_loader.py`).
-pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<[Bound<'py, PyAny>; 3]> {
+/// A batch of hetgen's built-in images, as numpy arrays over their own memory: `images`
+/// `uint8` `[n, h, w, c]`, `labels` `int64` `[n]`, `sample_ids` `uint64` `[n]`, and its place in
+/// the epoch plan. `hetgen.Loader` hands it on as a `hetgen.Batch`.
+#[pyclass(module = "hetgen._native", frozen, get_all)]
+pub struct ImageBatch {
+    images: Py<PyArray4<u8>>,
+    labels: Py<PyArray1<i64>>,
+    sample_ids: Py<PyArray1<u64>>,
+    epoch: u32,
+    shard: u32,
+    index: u32,
+}
+
+/// A Python dataset's batch: each tensor a numpy array of its own dtype and shape over the
+/// batch's one buffer (no copy), in the order the structure's leaves number them; `structure`
+/// the JSON of how they nest (see the data service's .proto), which `hetgen.Loader` rebuilds.
+/// `bfloat16`, which numpy lacks, arrives as the structured dtype `[("bfloat16", "<i2")]`
+/// (its raw 16 bits), which `hetgen.torch` turns into `torch.bfloat16`.
+#[pyclass(module = "hetgen._native", frozen, get_all)]
+pub struct TensorBatch {
+    arrays: Vec<Py<PyAny>>,
+    names: Vec<String>,
+    structure: String,
+    sample_ids: Py<PyArray1<u64>>,
+    epoch: u32,
+    shard: u32,
+    index: u32,
+}
+
+/// `batch` as Python gets it: an [`ImageBatch`] or a [`TensorBatch`], whichever its payload is.
+pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<Bound<'py, PyAny>> {
+    let (epoch, shard, index, n) = (batch.epoch, batch.shard, batch.index, batch.len());
+    let sample_ids = PyArray1::from_vec(py, std::mem::take(&mut batch.sample_ids)).unbind();
     if batch.tensors.is_empty() {
-        let (images, labels) = images(py, &mut batch)?;
-        let ids = PyArray1::from_vec(py, batch.sample_ids);
-        return Ok([images.into_any(), labels.into_any(), ids.into_any()]);
+        let (images, labels) = images(py, &mut batch, n)?;
+        let batch = ImageBatch {
+            images: images.unbind(),
+            labels: labels.unbind(),
+            sample_ids,
+            epoch,
+            shard,
+            index,
+        };
+        return Ok(Bound::new(py, batch)?.into_any());
     }
-    let ids = PyArray1::from_vec(py, std::mem::take(&mut batch.sample_ids)).into_any();
     // torch's kernels expect elements at addresses aligned to their size; numpy views do not
     // care. A gRPC receive buffer puts the batch wherever the message happened to land, so a
     // batch whose tensors would be misaligned is moved once to an aligned buffer.
@@ -63,21 +95,41 @@ pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<[Bound<'py,
     let bytes = &memory.get().data;
     let view = ArrayView1::from(&bytes[..]);
     // SAFETY: as in `images` below: `memory` is the array's base and owns the range.
-    let array = unsafe { PyArray1::borrow_from_array(&view, memory.clone().into_any()) };
-    let tensors = batch
+    let buffer = unsafe { PyArray1::borrow_from_array(&view, memory.clone().into_any()) };
+    let numpy = py.import("numpy")?;
+    let ndarray = numpy.getattr("ndarray")?;
+    let arrays = batch
         .tensors
         .iter()
-        .map(|t| (t.name.as_str(), t.dtype.name(), t.shape.clone(), t.offset).into_pyobject(py))
+        .map(|t| {
+            let kwargs = pyo3::types::PyDict::new(py);
+            kwargs.set_item("dtype", numpy_dtype(&numpy, t.dtype)?)?;
+            kwargs.set_item("buffer", &buffer)?;
+            kwargs.set_item("offset", t.offset)?;
+            // The tensors were checked to lie within the buffer when the batch was taken in.
+            Ok(ndarray.call((t.shape.clone(),), Some(&kwargs))?.unbind())
+        })
         .collect::<PyResult<Vec<_>>>()?;
-    let described = PyTuple::new(
-        py,
-        [array.into_any(), tensors.into_pyobject(py)?.into_any()],
-    )?;
-    Ok([
-        described.into_any(),
-        batch.structure.into_pyobject(py)?.into_any(),
-        ids,
-    ])
+    let batch = TensorBatch {
+        arrays,
+        names: batch.tensors.into_iter().map(|t| t.name).collect(),
+        structure: batch.structure,
+        sample_ids,
+        epoch,
+        shard,
+        index,
+    };
+    Ok(Bound::new(py, batch)?.into_any())
+}
+
+/// The numpy dtype a tensor of `dtype` is viewed as: [`DType::name`]'s, but `bfloat16`, which
+/// numpy lacks, as its raw 16 bits in a one-field structured dtype.
+fn numpy_dtype<'py>(numpy: &Bound<'py, PyModule>, dtype: DType) -> PyResult<Bound<'py, PyAny>> {
+    let make = numpy.getattr("dtype")?;
+    match dtype {
+        DType::Bf16 => make.call1((vec![(dtype.name(), "<i2")],)),
+        _ => make.call1((dtype.name(),)),
+    }
 }
 
 /// A copy of `data` at an address that is a multiple of `align` (at most 8).
@@ -104,9 +156,8 @@ fn aligned_copy(data: &[u8], align: usize) -> Bytes {
 type Images<'py> = (Bound<'py, PyArray4<u8>>, Bound<'py, PyArray1<i64>>);
 
 /// A built-in image batch's images and labels as numpy arrays over their own memory.
-fn images<'py>(py: Python<'py>, batch: &mut Batch) -> PyResult<Images<'py>> {
+fn images<'py>(py: Python<'py>, batch: &mut Batch, n: usize) -> PyResult<Images<'py>> {
     let [h, w, c] = batch.shape.map(|d| d as usize);
-    let n = batch.sample_ids.len();
     let data = std::mem::take(&mut batch.data);
     let memory = Bound::new(py, BatchMemory { data })?;
     let images = &memory.get().data;

@@ -23,6 +23,8 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::NativeLoader>()?;
     m.add_class::<batch::BatchMemory>()?;
+    m.add_class::<batch::ImageBatch>()?;
+    m.add_class::<batch::TensorBatch>()?;
     m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
     m.add_function(wrap_pyfunction!(step::step_line, m)?)?;
     errors::register(m)?;

@@ -20,7 +20,6 @@ use hetgen_pipeline::python::PythonSetup;
 use hetgen_pipeline::{Batch, Batches, BoxError, EpochPlan, InputConfig, Position, StageRegistry};
 use hetgen_spec::model::{Job, Source, Stage};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use crate::connect::{self, Servers};
 use crate::errors::{self, ConfigurationError, DataError};
@@ -268,9 +267,9 @@ impl NativeLoader {
         }
     }
 
-    /// The next batch as `(images, labels, sample_ids, epoch, shard, index)`, or `None` when the
-    /// configured epochs are over. Blocks with the GIL released until it is ready.
-    fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    /// The next batch, an `ImageBatch` or a `TensorBatch` ([`crate::batch`]), or `None` when
+    /// the configured epochs are over. Blocks with the GIL released until it is ready.
+    fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let rx = {
             let mut state = self.lock();
             if state.ended {
@@ -304,17 +303,7 @@ impl NativeLoader {
         }
         state.position = position;
         drop(state);
-        let (epoch, shard, index) = (batch.epoch, batch.shard, batch.index);
-        let [first, second, ids] = crate::batch::to_python(py, batch)?;
-        let items: [Bound<'py, PyAny>; 6] = [
-            first,
-            second,
-            ids,
-            epoch.into_pyobject(py)?.into_any(),
-            shard.into_pyobject(py)?.into_any(),
-            index.into_pyobject(py)?.into_any(),
-        ];
-        Ok(Some(PyTuple::new(py, items)?))
+        crate::batch::to_python(py, batch).map(Some)
     }
 
     /// The position after the last batch handed out, as JSON (`{"epoch", "done", "partial"}`).
