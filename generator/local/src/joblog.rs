@@ -12,9 +12,6 @@ use serde::{Deserialize, Serialize};
 use crate::supervise::{Exit, Observer, Stream};
 use crate::{Host, LocalError, Step};
 
-/// The file in the job folder.
-pub const LOG_FILE: &str = "log.jsonl";
-
 /// One line of one host's output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogLine {
@@ -146,6 +143,7 @@ impl LogReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run_dir::LOG_FILE;
 
     #[test]
     fn lines_are_read_once_and_only_when_whole() {

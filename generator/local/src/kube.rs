@@ -35,6 +35,10 @@ use crate::{HostCommand, LocalError, LocalJob, RunOptions, absolute, cpus, free_
 const IMAGE_BASE: &str = "/opt/ml";
 
 /// Sets up a run of the pods of `runtime` and `trainjob` (the rendered objects of `job`).
+#[allow(
+    clippy::too_many_lines,
+    reason = "the twin's set-up in the order the pods need it; to be split into per-job steps with `pods`"
+)]
 pub fn prepare(
     job: &Job,
     runtime: &Value,

@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 
 use hetgen_env::{Paths, ResourceConfig};
 
-use crate::joblog::LOG_FILE;
 use crate::record::RECORD_FILE;
 
+/// The run's log, every host's lines as JSON, one per line ([`crate::joblog`] writes it).
+pub const LOG_FILE: &str = "log.jsonl";
 /// The folder of a job's runs, under the job's render folder.
 pub const RUNS_DIR: &str = "local";
 /// The folder of a run that holds one `/opt/ml` per host.

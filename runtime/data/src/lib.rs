@@ -29,7 +29,7 @@ mod throttle;
 pub mod wire;
 
 /// Generated types of `hetgen.data.v1`.
-#[allow(missing_docs, clippy::all)]
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("hetgen.data.v1");
 }

@@ -103,6 +103,10 @@ pub fn rendered_project(example: &str) -> tempfile::TempDir {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn every_example_deploys_to_moto_with_its_groups_and_channels() {
     let moto = Moto::start();
     let mut names = Vec::new();

@@ -46,6 +46,10 @@ fn profile(dir: &Path, gpu_samples_per_s: Option<f64>) -> PathBuf {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn bench_runs_a_script_on_its_own_dataset_every_way_and_predicts_from_a_profile() {
     let root = tempfile::tempdir().unwrap();
     let dir = small_dataset_project(root.path());

@@ -262,6 +262,10 @@ fn a_data_host_killed_mid_run_fails_the_job_and_leaves_no_process() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn profile_writes_what_plan_reads() {
     let root = tempfile::tempdir().unwrap();
     let dir = project(root.path(), |t| t);

@@ -85,6 +85,10 @@ fn framework_job(dir: &Path, bin: &Path) -> (Job, RunOptions) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn every_host_runs_the_toolkit_s_train_with_the_bundle_and_none_of_hetgen_s_own_set_up() {
     let dir = tempfile::tempdir().unwrap();
     let bin = environment(dir.path(), TRAIN, "", true);

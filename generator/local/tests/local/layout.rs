@@ -368,6 +368,10 @@ fn data_folder(dir: &Path, name: &str, files: &[&str]) -> std::path::PathBuf {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn channels_reach_only_the_groups_they_name() {
     let dir = tempfile::tempdir().unwrap();
     let train = data_folder(dir.path(), "train-data", &["a.png", "sub/b.png"]);
@@ -503,6 +507,10 @@ fn a_sharded_channel_gives_each_host_a_disjoint_part() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn the_environment_is_built_not_inherited() {
     let dir = tempfile::tempdir().unwrap();
     let spec = format!(

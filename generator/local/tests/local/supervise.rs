@@ -182,6 +182,10 @@ fn assert_data_hosts_got_sigterm(record: &JobRecord) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a test reads as one scenario, top to bottom"
+)]
 fn a_job_whose_hosts_all_exit_0_completes_with_a_record() {
     let body = r#"
 echo "hello from $SM_CURRENT_HOST"

@@ -28,6 +28,10 @@ const RESERVED: &[&str] = &[
     "HETGEN_JOB_TOKEN",
 ];
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the `[kubernetes]` rules in the order docs/spec.md lists them"
+)]
 pub(super) fn kubernetes(
     ctx: &mut Ctx<'_>,
     k: &RawKubernetes,

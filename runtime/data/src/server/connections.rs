@@ -33,7 +33,7 @@ use tokio::time::Sleep;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::state::lock;
+use super::lock::lock;
 use crate::throttle::LogThrottle;
 
 /// Sets the most connections open at once.

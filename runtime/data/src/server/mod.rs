@@ -50,6 +50,7 @@ mod budget;
 mod config;
 mod connections;
 mod health;
+mod lock;
 mod log_id;
 mod refusal;
 mod service;

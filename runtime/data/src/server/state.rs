@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hetgen_pipeline::Batches;
@@ -11,17 +11,12 @@ use tokio::sync::watch;
 
 use super::budget::{self, Budget, Reservation, Short};
 use super::config::{MAX_TRAINERS, ServerConfig};
+use super::lock::lock;
 use super::log_id::LogId;
 use super::refusal::Refusal;
 use super::stall::{GIVE_WAY, Watch};
 use crate::proto::{ServerStats, ShardRequest};
 use crate::throttle::LogThrottle;
-
-/// Lock `mutex`, whether or not a panicking call poisoned it: every value kept behind these
-/// locks is whole between statements, so one failed call must not fail every later one.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Why a server stopped.
 #[derive(Debug, Clone, PartialEq)]
