@@ -217,9 +217,10 @@ fn a_trainjob_name_longer_than_63_characters_is_refused() {
 }
 
 #[test]
-fn a_pod_hostname_longer_than_63_characters_is_refused() {
-    // 50 characters is a valid TrainJob name, but `<name>-data-group-0-1` has 63 + 2.
-    let name = format!("pytorch-digits-{}", "x".repeat(35));
+fn a_pod_name_over_57_characters_is_refused_as_jobsets_webhook_does() {
+    // `<name>-data-group-0-1` is 58 characters: a DNS label, but with JobSet's 6-character
+    // suffix it is 64, and JobSet's webhook refuses the JobSet.
+    let name = format!("pytorch-digits-{}", "x".repeat(28));
     let found = run(&mutate(
         TRAINJOB_NAME,
         &format!("kind: TrainJob\nmetadata:\n  name: {name}\n"),
@@ -228,8 +229,19 @@ fn a_pod_hostname_longer_than_63_characters_is_refused() {
     assert_eq!(
         d.message,
         format!(
-            "pod hostname `{name}-data-group-0-1` is 65 characters long, more than the 63 of a DNS label"
+            "pod name `{name}-data-group-0-1` is 58 characters long, more than the 57 JobSet allows before the pod's random suffix"
         )
+    );
+    // One character shorter fits.
+    let name = format!("pytorch-digits-{}", "x".repeat(27));
+    let found = run(&mutate(
+        TRAINJOB_NAME,
+        &format!("kind: TrainJob\nmetadata:\n  name: {name}\n"),
+    ));
+    assert!(
+        found.iter().all(|d| d.code != "hetgen::kube::hostname"),
+        "{}",
+        show(&found)
     );
 }
 

@@ -17,6 +17,8 @@ const NODE: &str = "node";
 
 /// The longest DNS label, and so the longest pod hostname.
 const MAX_LABEL: usize = 63;
+/// The longest pod name JobSet accepts before the pod's random suffix (`-abcde`).
+const MAX_POD_NAME: usize = MAX_LABEL - "-abcde".len();
 
 /// Every rule, on every object; findings name the object by its index in `objects`.
 pub(crate) fn check(objects: &[Object]) -> Vec<(usize, Finding)> {
@@ -229,8 +231,10 @@ fn runtime_ref_names_a_given_runtime(o: &Object, objects: &[Object], out: &mut V
 }
 
 /// (e) With `enableDNSHostnames`, JobSet names each pod `<jobset>-<replicatedJob>-<job
-/// index>-<pod index>` (the JobSet is named after the TrainJob), and a hostname is a DNS label:
-/// at most 63 characters, or the pods are never created.
+/// index>-<pod index>` (the JobSet is named after the TrainJob) plus a 5-character suffix, and
+/// its webhook (`pkg/webhooks/jobset_webhook.go`, v0.12.0) refuses the JobSet when that whole
+/// name is not a DNS label: at most 63 characters with the suffix, [`MAX_POD_NAME`] without.
+/// Refused, the JobSet is never made, and Trainer records only a Warning event.
 fn pod_hostnames_fit(o: &Object, objects: &[Object], out: &mut Vec<Finding>) {
     let (name, jobs, nodes) = match o.kind {
         "TrainJob" => {
@@ -265,18 +269,18 @@ fn pod_hostnames_fit(o: &Object, objects: &[Object], out: &mut Vec<Finding>) {
         .max(1);
         let longest = format!("{name}-{job_name}-{}-{}", replicas - 1, pods - 1);
         // Only the length: a name with bad characters is reported by the name checks already.
-        if longest.len() > MAX_LABEL {
+        if longest.len() > MAX_POD_NAME {
             out.push(
                 Finding::value(
                     "metadata.name",
                     code!("hostname"),
                     format!(
-                        "pod hostname `{longest}` is {} characters long, more than the {MAX_LABEL} of a DNS label",
+                        "pod name `{longest}` is {} characters long, more than the {MAX_POD_NAME} JobSet allows before the pod's random suffix",
                         longest.len()
                     ),
                 )
                 .hint(&format!(
-                    "JobSet names pods `<{}>-<replicatedJob>-<job index>-<pod index>`: shorten `{name}` or `{job_name}`",
+                    "JobSet names pods `<{}>-<replicatedJob>-<job index>-<pod index>-<5 random characters>` and refuses the JobSet when that is over a DNS label's {MAX_LABEL}: shorten `{name}` or `{job_name}`",
                     o.kind.to_lowercase()
                 )),
             );

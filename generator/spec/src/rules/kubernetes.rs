@@ -180,7 +180,7 @@ fn names(ctx: &mut Ctx<'_>, job: &str, groups: &[Group]) -> bool {
         }
         let last = pod_host(job, &rjob, group.count.saturating_sub(1));
         let pod = last.split('.').next().unwrap_or(&last);
-        if pod.len() > 63 {
+        if pod.len() > MAX_POD_NAME {
             ok = false;
             ctx.error(
                 "hetgen::spec::kubernetes-pod-name",
@@ -190,13 +190,18 @@ fn names(ctx: &mut Ctx<'_>, job: &str, groups: &[Group]) -> bool {
                     group.name,
                     pod.len()
                 ),
-                "too long for a host name",
-                "JobSet names pods `<job>-<group>-0-<index>` and a host name is at most 63 characters: shorten the job's or the group's name",
+                format!("more than {MAX_POD_NAME}"),
+                format!("JobSet names pods `<job>-<group>-0-<index>-<5 random characters>`, and its webhook refuses the JobSet when that is over a DNS label's 63 characters, so the name before the suffix has at most {MAX_POD_NAME}: shorten the job's or the group's name"),
             );
         }
     }
     ok
 }
+
+/// The longest pod name JobSet accepts before the pod's random suffix: its webhook
+/// (`pkg/webhooks/jobset_webhook.go`, JobSet v0.12.0) checks `<jobset>-<replicatedJob>-<job
+/// index>-<pod index>` plus `-abcde` against a DNS-1035 label's 63 characters.
+pub const MAX_POD_NAME: usize = 63 - "-abcde".len();
 
 /// An RFC 1123 label that starts with a letter (RFC 1035), as Kubernetes requires of a
 /// namespace, a TrainJob's name and a replicatedJob's.
