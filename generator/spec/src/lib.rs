@@ -30,6 +30,7 @@ pub use catalog::{Catalog, Efa, InstanceType, Provenance};
 pub use check::{Checked, check, check_bytes, check_file};
 pub use diagnostic::{Problem, Report, Severity, SpecSource};
 pub use model::Job;
+pub use rules::MAX_POD_NAME;
 pub use suggest::did_you_mean;
 
 /// The JSON Schema of `hetgen.toml`, generated from [`raw::RawSpec`], pretty-printed with a

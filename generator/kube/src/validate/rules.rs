@@ -17,8 +17,7 @@ const NODE: &str = "node";
 
 /// The longest DNS label, and so the longest pod hostname.
 const MAX_LABEL: usize = 63;
-/// The longest pod name JobSet accepts before the pod's random suffix (`-abcde`).
-const MAX_POD_NAME: usize = MAX_LABEL - "-abcde".len();
+use hetgen_spec::MAX_POD_NAME;
 
 /// Every rule, on every object; findings name the object by its index in `objects`.
 pub(crate) fn check(objects: &[Object]) -> Vec<(usize, Finding)> {

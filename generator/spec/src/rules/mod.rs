@@ -14,6 +14,7 @@ use crate::path;
 use crate::raw::RawSpec;
 use crate::spans::KeyPath;
 
+pub use kubernetes::MAX_POD_NAME;
 pub(crate) use sagemaker::is_remote_uri;
 
 /// Checks every rule on `raw`; `None` when any part could not be resolved.
