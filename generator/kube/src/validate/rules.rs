@@ -5,6 +5,7 @@
 //! `dependsOn` together with `startupPolicyOrder: InOrder` is not here: the JobSet and runtime
 //! CRDs have a CEL rule for it, which the schema check evaluates and locates at the order.
 
+use hetgen_spec::MAX_POD_NAME;
 use serde_json::Value;
 
 use super::yaml::{child, item};
@@ -17,7 +18,6 @@ const NODE: &str = "node";
 
 /// The longest DNS label, and so the longest pod hostname.
 const MAX_LABEL: usize = 63;
-use hetgen_spec::MAX_POD_NAME;
 
 /// Every rule, on every object; findings name the object by its index in `objects`.
 pub(crate) fn check(objects: &[Object]) -> Vec<(usize, Finding)> {
