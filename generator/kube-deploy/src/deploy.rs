@@ -8,6 +8,7 @@
 //! missing waits in `CreateContainerConfigError` until the kubelet's next try.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use hetgen_kube::objects::MANAGED_BY;
 use hetgen_spec::kube::{TOKEN_KEY, TRAINER_API_VERSION, token_secret};
@@ -129,15 +130,46 @@ async fn apply_trainer_objects(
         .await
         .map_err(|e| api::runtime(namespace, runtime_name).error("apply", e))?;
     let name = rendered.name();
-    let job = api::train_jobs(client, namespace)
-        .patch(name, &apply(), &Patch::Apply(rendered.train_job()))
-        .await
-        .map_err(|e| api::train_job(namespace, name).error("apply", e))?;
+    let jobs = api::train_jobs(client, namespace);
+    let mut waits = RUNTIME_NOT_SEEN_WAITS.iter();
+    let job = loop {
+        match jobs
+            .patch(name, &apply(), &Patch::Apply(rendered.train_job()))
+            .await
+        {
+            Ok(job) => break job,
+            Err(e) => match (runtime_not_seen(&e), waits.next()) {
+                (true, Some(wait)) => tokio::time::sleep(*wait).await,
+                _ => return Err(api::train_job(namespace, name).error("apply", e)),
+            },
+        }
+    };
     job.metadata.uid.ok_or_else(|| KubeError::Api {
         verb: "apply",
         what: api::train_job(namespace, name).what(),
         message: "the API server returned it without a `metadata.uid`".to_owned(),
     })
+}
+
+/// Trainer's TrainJob webhook looks the runtime up in its informer cache
+/// (`TrainingRuntime.ValidateObjects`, pkg/runtime/core/trainingruntime.go, Trainer v2.3.0),
+/// which may not yet have seen the runtime applied a moment before; it then refuses the
+/// TrainJob with this. That refusal, and no other, is tried again after each of these waits
+/// (7.75 s in all, far longer than an informer takes to catch up).
+const RUNTIME_NOT_SEEN: &str =
+    "specified trainingRuntime must be created before the TrainJob is created";
+const RUNTIME_NOT_SEEN_WAITS: [Duration; 5] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// Whether `e` is the webhook's refusal of a TrainJob whose runtime it has not seen yet.
+fn runtime_not_seen(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if crate::error::is_webhook_denial(status)
+        && status.message.contains(RUNTIME_NOT_SEEN))
 }
 
 /// Server-side apply as hetgen, unforced: a field another manager owns is a conflict to

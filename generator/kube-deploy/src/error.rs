@@ -197,6 +197,14 @@ impl Target<'_> {
                 what,
                 message,
             },
+            // An admission webhook's denial comes as 403 too (controller-runtime's `Denied`),
+            // but it is the controller refusing the object, not RBAC refusing the caller.
+            403 if is_webhook_denial(&status) => KubeError::Refused {
+                verb,
+                what,
+                message,
+                causes: causes(&status),
+            },
             403 => KubeError::Forbidden {
                 verb,
                 what,
@@ -229,6 +237,13 @@ impl Target<'_> {
             },
         }
     }
+}
+
+/// A `Status` the API server made of an admission webhook's denial: its message is
+/// `admission webhook "<name>" denied the request: <why>` (k8s.io/apiserver's
+/// `webhookerrors.ToStatusErr`).
+pub(crate) fn is_webhook_denial(status: &Status) -> bool {
+    status.message.starts_with("admission webhook \"")
 }
 
 /// A `NotFound` `Status` whose details name `resource` (its plural, without the group: the API

@@ -230,6 +230,51 @@ fn a_refused_trainjob_lists_the_causes_and_its_secret_is_deleted_again() {
 }
 
 #[test]
+fn a_trainjob_refused_because_the_webhook_has_not_seen_its_runtime_yet_is_sent_again() {
+    // Trainer's webhook looks the runtime up in its informer cache: right after the runtime is
+    // applied it may refuse the TrainJob (twice here), and then accept it.
+    let (server, deployed) = deploy("deploy-runtime-race");
+    let deployed = deployed.unwrap();
+    assert_eq!(deployed.uid, "5f0c2a1e-8d3b-4c7a-9e21-6b4f3d2a1c90");
+    assert_eq!(
+        server.lines(),
+        [
+            format!("GET {TRAIN_JOB}"),
+            format!("PATCH {SECRET}"),
+            format!("PATCH {RUNTIME}"),
+            format!("PATCH {TRAIN_JOB}"),
+            format!("PATCH {TRAIN_JOB}"),
+            format!("PATCH {TRAIN_JOB}"),
+            format!("PATCH {SECRET}"),
+        ]
+    );
+}
+
+#[test]
+fn another_webhook_denial_is_the_controllers_refusal_not_retried_and_not_rbac() {
+    let (server, result) = deploy("deploy-denied");
+    let err = result.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, KubeError::Refused { .. }), "{err:?}");
+    assert!(
+        text.starts_with(
+            "the API server refused to apply TrainJob `default/pytorch-digits`: admission webhook"
+        ),
+        "{text}"
+    );
+    let patches = server
+        .lines()
+        .iter()
+        .filter(|l| **l == format!("PATCH {TRAIN_JOB}"))
+        .count();
+    assert_eq!(patches, 1);
+    assert_eq!(
+        server.lines().last().map(String::as_str),
+        Some(format!("DELETE {SECRET}").as_str())
+    );
+}
+
+#[test]
 fn stop_deletes_the_trainjob_in_the_foreground_and_then_the_secret() {
     let server = Server::start("stop");
     let stopped = runtime()
