@@ -13,8 +13,9 @@
 //!   tell it which job, group and pod it is, and the token (from the job's Secret), are
 //!   `hetgen_spec::kube`'s.
 
-use hetgen_env::{DEFAULT_DATA_PORT as DATA_PORT, TOKEN_VAR};
+use hetgen_env::TOKEN_VAR;
 use hetgen_spec::Job;
+use hetgen_spec::data_port::data_port_in;
 use hetgen_spec::kube::{
     self, ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_ANNOTATION, INSTANCE_TYPE_LABEL,
     JOBSET_NAME_LABEL, KubeGroup, TRAINER_API_VERSION, TRAINER_JOB,
@@ -132,11 +133,14 @@ pub fn kube_groups(job: &Job) -> Vec<KubeGroup> {
 fn data_job(job: &Job, k: &Kubernetes, group: &Group, groups_json: &str) -> Value {
     let name = kube::replicated_job(&group.name, false);
     let mut container = container(job, k, group, &name, groups_json);
-    container["ports"] = json!([{ "name": "hetgen-data", "containerPort": DATA_PORT }]);
+    // The port the server listens on, which `[kubernetes] environment` may set: the same rule
+    // as the server's and the trainers' own.
+    let port = data_port_in(k.environment.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    container["ports"] = json!([{ "name": "hetgen-data", "containerPort": port }]);
     // kubelet's gRPC probe calls grpc.health.v1.Health/Check, which the data server answers
     // without the job token: `Ready` means this server accepts trainers.
     container["readinessProbe"] = json!({
-        "grpc": { "port": DATA_PORT },
+        "grpc": { "port": port },
         "periodSeconds": 2,
         "failureThreshold": 3,
     });

@@ -57,3 +57,39 @@ fn every_example_renders_objects_the_api_server_accepts() {
     }
     assert!(checked.len() >= 6, "{checked:?}");
 }
+
+#[test]
+fn a_data_port_set_in_the_environment_is_the_one_the_pods_expose_and_probe() {
+    // The server and the trainers read `HETGEN_DATA_PORT` from the pods' environment; the
+    // `containerPort` and the readiness probe must follow it, or the data pods are never Ready.
+    let path = repo().join("examples/pytorch/hetgen.toml");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "\n[kubernetes]\n",
+        "\n[kubernetes]\nenvironment = { HETGEN_DATA_PORT = \"17000\" }\n",
+    );
+    let job = hetgen_spec::check_file(&path, text.as_bytes())
+        .job
+        .expect("a valid spec");
+    let objects = hetgen_kube::objects(&job).unwrap();
+    let jobs = objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap();
+    let data: Vec<_> = jobs.iter().filter(|j| j["name"] != "node").collect();
+    assert!(!data.is_empty());
+    for job in data {
+        let container = &job["template"]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["ports"][0]["containerPort"], 17000, "{container}");
+        assert_eq!(
+            container["readinessProbe"]["grpc"]["port"], 17000,
+            "{container}"
+        );
+        assert!(
+            container["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "HETGEN_DATA_PORT" && e["value"] == "17000"),
+            "{container}"
+        );
+    }
+}

@@ -57,7 +57,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use hetgen_env::{DATA_PORT_VAR, DEFAULT_DATA_PORT, Summary};
+use hetgen_env::Summary;
 use hetgen_spec::Job;
 use hetgen_spec::model::Role;
 
@@ -251,14 +251,12 @@ pub(crate) fn data_port(
     variables: &[(String, String)],
     inherited: &BTreeMap<String, String>,
 ) -> u16 {
-    variables
+    let set = variables
         .iter()
         .rev()
-        .find(|(k, _)| k == DATA_PORT_VAR)
-        .map(|(_, v)| v.as_str())
-        .or(inherited.get(DATA_PORT_VAR).map(String::as_str))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_DATA_PORT)
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let inherited = inherited.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    hetgen_spec::data_port::data_port_in(set.chain(inherited))
 }
 
 /// The hosts of a job on AWS's image, each in namespaces of its own where this machine allows

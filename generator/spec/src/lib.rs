@@ -15,6 +15,7 @@
 pub mod catalog;
 mod check;
 mod ctx;
+pub mod data_port;
 pub mod diagnostic;
 pub mod duration;
 pub mod framework;

@@ -53,10 +53,8 @@ pub const TOKEN_VAR: &str = "HETGEN_JOB_TOKEN";
 pub const JOB_FILE_VAR: &str = "HETGEN_JOB_FILE";
 /// Environment variable naming a hosts file consulted before DNS (`deploy --local`).
 pub const HOSTS_FILE_VAR: &str = "HETGEN_HOSTS_FILE";
-/// Port every data server listens on (the same on every host, as each host has its own address).
-pub const DATA_PORT_VAR: &str = "HETGEN_DATA_PORT";
-/// The default data service port.
-pub const DEFAULT_DATA_PORT: u16 = 16000;
+/// The data service's port: its variable and default ([`hetgen_spec::data_port`], the one rule).
+pub use hetgen_spec::data_port::{DATA_PORT_VAR, DEFAULT_DATA_PORT};
 /// Environment variable: seconds a data server waits for a trainer before it exits.
 pub const WATCHDOG_VAR: &str = "HETGEN_WATCHDOG_S";
 /// Environment variable naming a file that records every sample a trainer consumed (tests).
@@ -96,14 +94,11 @@ pub struct VariableError {
 /// an error when it holds anything but 1 to 65535.
 pub fn port_from_env(var: &'static str, default: u16) -> Result<u16, VariableError> {
     match std::env::var(var) {
-        Ok(value) => match value.trim().parse::<u16>() {
-            Ok(port) if port > 0 => Ok(port),
-            _ => Err(VariableError {
-                var,
-                value,
-                expected: "a TCP port number from 1 to 65535".into(),
-            }),
-        },
+        Ok(value) => hetgen_spec::data_port::parse_port(&value).ok_or_else(|| VariableError {
+            var,
+            value,
+            expected: hetgen_spec::data_port::PORT_EXPECTED.into(),
+        }),
         Err(_) => Ok(default),
     }
 }

@@ -4,6 +4,7 @@
 //! The rendered objects are checked against the CRDs themselves as well (`hetgen-kube`); these
 //! rules catch what the spec decides, where the user can fix it.
 
+use crate::data_port::{DATA_PORT_VAR, PORT_EXPECTED, parse_port};
 use std::collections::BTreeMap;
 
 use crate::ctx::Ctx;
@@ -118,6 +119,16 @@ pub(super) fn kubernetes(
                 format!("`{key}` is not a valid environment variable name"),
                 "invalid name",
                 "use letters, digits and `_`, not starting with a digit",
+            );
+        } else if key == DATA_PORT_VAR && parse_port(&environment[key]).is_none() {
+            // The servers would refuse it at start, after the pods were scheduled.
+            ok = false;
+            ctx.error(
+                "hetgen::spec::kubernetes-data-port",
+                &at.at("environment").at(key.as_str()),
+                format!("`{key}` is `{}`", environment[key]),
+                "not a port",
+                format!("use {PORT_EXPECTED}: the data servers listen on it, and the pods' `containerPort` and readiness probe follow it"),
             );
         }
     }
