@@ -23,6 +23,9 @@ use hetgen_spec::kube::{
 use hetgen_spec::model::{Group, Kubernetes, Role, Trainer};
 use serde_json::{Value, json};
 
+/// NVIDIA's device plugin's resource, and the taint key of GPU node groups.
+const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
 /// The folder the objects are written to, inside the job's render folder.
 pub const DIR: &str = "kubeflow";
 /// The `TrainingRuntime`'s file.
@@ -203,6 +206,15 @@ fn pod_spec(job: &Job, k: &Kubernetes, group: &Group, container: Value) -> Value
         "nodeSelector": { INSTANCE_TYPE_LABEL: kube::node_instance_type(&group.instance_type) },
         "containers": [container],
     });
+    // GPU node groups are tainted so that only pods that want GPUs land there (EKS and GKE GPU
+    // pools: `nvidia.com/gpu`, `NoSchedule`, any value); without the toleration a trainer pod
+    // that asks for GPUs stays Pending. It allows those nodes, it does not pick them: the
+    // node selector and the GPU limit do.
+    if group.gpus.is_some_and(|g| g > 0) {
+        pod["tolerations"] = json!([
+            { "key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule" },
+        ]);
+    }
     if !channels.is_empty() {
         pod["volumes"] = channels
             .iter()
@@ -256,7 +268,7 @@ fn resources(group: &Group) -> Value {
         resources["requests"] = json!({ "cpu": vcpus.saturating_sub(1).max(1).to_string() });
     }
     if let Some(gpus) = group.gpus.filter(|g| *g > 0) {
-        resources["limits"] = json!({ "nvidia.com/gpu": gpus.to_string() });
+        resources["limits"] = json!({ GPU_RESOURCE: gpus.to_string() });
     }
     resources
 }

@@ -93,3 +93,32 @@ fn a_data_port_set_in_the_environment_is_the_one_the_pods_expose_and_probe() {
         );
     }
 }
+
+#[test]
+fn pods_that_ask_for_gpus_tolerate_gpu_node_taints_and_others_do_not() {
+    // EKS and GKE taint GPU node groups `nvidia.com/gpu:NoSchedule`: a trainer pod without the
+    // toleration would stay Pending there. A data pod has no business on those nodes.
+    let path = repo().join("examples/pytorch/hetgen.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let job = hetgen_spec::check_file(&path, text.as_bytes())
+        .job
+        .expect("a valid spec");
+    let objects = hetgen_kube::objects(&job).unwrap();
+    let jobs = objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap();
+    for job in jobs {
+        let pod = &job["template"]["spec"]["template"]["spec"];
+        let wants_gpus = !pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"].is_null();
+        let tolerates = pod["tolerations"].as_array().is_some_and(|t| {
+            t.iter().any(|t| {
+                t["key"] == "nvidia.com/gpu"
+                    && t["operator"] == "Exists"
+                    && t["effect"] == "NoSchedule"
+            })
+        });
+        assert_eq!(tolerates, wants_gpus, "{}: {pod}", job["name"]);
+        // The example's trainer group is ml.g5.xlarge (one GPU), its data group ml.c5.xlarge.
+        assert_eq!(wants_gpus, job["name"] == "node", "{}", job["name"]);
+    }
+}
