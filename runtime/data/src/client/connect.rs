@@ -203,6 +203,14 @@ async fn connect_one(
     }
 }
 
+/// Whether `status` is the connection failing under the call, closed before the answer came
+/// (a host handing its port from "still building" to its server, or going away), rather than
+/// an answer: tonic reports that with its transport error as the status's source (`Unknown`
+/// once the HTTP/2 connection was up, `Cancelled` before), which no server's answer has.
+fn connection_failed(status: &tonic::Status) -> bool {
+    std::error::Error::source(status).is_some_and(|s| s.is::<tonic::transport::Error>())
+}
+
 /// How often a trainer says it is still waiting for a host building its dataset.
 const SAY_BUILDING_EVERY: Duration = Duration::from_secs(10);
 
@@ -242,7 +250,7 @@ async fn try_connect(
     };
     let info = match client.handshake(request).await {
         Ok(response) => response.into_inner(),
-        Err(status) if status.code() == tonic::Code::Unavailable => {
+        Err(status) if status.code() == tonic::Code::Unavailable || connection_failed(&status) => {
             return Err(Attempt::NotYet(status.message().to_owned()));
         }
         Err(status) => {
@@ -268,4 +276,35 @@ async fn try_connect(
         info,
         client,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_closed_under_the_handshake_is_not_an_answer() {
+        // A host whose port is handed from one server to another may close a connection it
+        // accepted before answering: that is no refusal, and the trainer tries again.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                drop(socket);
+            }
+        });
+        let token = AttachToken::new(&"t".repeat(32)).unwrap();
+        let mut client = service_client(endpoint(address).connect_lazy(), token);
+        let status = client
+            .handshake(HandshakeRequest {
+                protocol_version: PROTOCOL_VERSION,
+                trainer_id: "test/rank-0".into(),
+            })
+            .await
+            .unwrap_err();
+        assert!(connection_failed(&status), "{status:?}");
+        assert!(!connection_failed(&tonic::Status::unknown(
+            "transport error"
+        )));
+    }
 }
