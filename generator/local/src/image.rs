@@ -218,9 +218,15 @@ impl Image {
             .map(|e| e.path().join("site-packages"))
             .filter(|s| s.is_dir())
             .ok_or_else(|| failed("the new venv has no lib/python*/site-packages".to_owned()))?;
+        // The image's packages as a site folder of the venv's, not a bare path: `addsitedir`
+        // also reads the `.pth` files there, as the base's own Python does at start-up (an
+        // editable install's path or import hook, setuptools' `distutils-precedence.pth`).
         let pth = site.join("hetgen-image.pth");
         let packages = self.dir.join("site-packages");
-        std::fs::write(&pth, format!("{}\n", packages.display())).map_err(write_error(&pth))?;
+        let packages =
+            serde_json::to_string(&packages.to_string_lossy()).expect("a string serializes");
+        std::fs::write(&pth, format!("import site; site.addsitedir({packages})\n"))
+            .map_err(write_error(&pth))?;
         let bin = venv.join("bin");
         let python = bin.join("python");
         for entry in std::fs::read_dir(&self.base.bin)
@@ -392,6 +398,51 @@ mod tests {
         );
         assert_eq!(rebased(b"#!/bin/sh\nexit 0\n", base, host), None);
         assert_eq!(rebased(b"\x7fELF", base, host), None);
+    }
+
+    #[test]
+    fn a_hosts_python_reads_the_base_environments_pth_files() {
+        // A base with an editable install: a `.pth` naming a folder outside site-packages.
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, site, project) = (
+            dir.path().join("base/bin"),
+            dir.path().join("base/site"),
+            dir.path().join("project"),
+        );
+        for d in [&bin, &site, &project] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::os::unix::fs::symlink("/usr/bin/python3", bin.join("python")).unwrap();
+        std::fs::write(project.join("editable_mod.py"), "VALUE = 7\n").unwrap();
+        std::fs::write(
+            site.join("__editable__.project.pth"),
+            format!("{}\n", project.display()),
+        )
+        .unwrap();
+        let base = Base { bin, site };
+        let image = base.lay_out(&dir.path().join("run")).unwrap();
+        let host = Host {
+            name: "algo-1".into(),
+            group: "data".into(),
+            instance_group: "data".into(),
+            instance_type: "ml.c5.xlarge".into(),
+            role: hetgen_spec::model::Role::Data,
+            address: std::net::Ipv4Addr::LOCALHOST,
+            vcpus: None,
+        };
+        let python = image.host_environment(&host).unwrap().join("python");
+        let out = std::process::Command::new(python)
+            .args(["-c", "import editable_mod; print(editable_mod.VALUE)"])
+            .env_clear()
+            .env("PATH", SYSTEM_PATH)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "7",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]
