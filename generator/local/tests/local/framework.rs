@@ -171,9 +171,13 @@ fn every_host_runs_the_toolkit_s_train_with_the_bundle_and_none_of_hetgen_s_own_
         .flatten()
         .find(|e| e.file_name().to_string_lossy().ends_with(".pth"))
         .expect("a .pth names the image's packages");
+        // As a site folder, so that the base's own `.pth` files there are read too.
         assert_eq!(
             std::fs::read_to_string(pth.path()).unwrap().trim(),
-            packages.display().to_string()
+            format!(
+                "import site; site.addsitedir({:?})",
+                packages.display().to_string()
+            )
         );
         // The request's hyperparameters, with the local bundle as the S3 object.
         let hps = crate::read_json(&base.join("input/config/hyperparameters.json"));
