@@ -62,18 +62,12 @@ fn every_example_renders_objects_the_api_server_accepts() {
 fn a_data_port_set_in_the_environment_is_the_one_the_pods_expose_and_probe() {
     // The server and the trainers read `HETGEN_DATA_PORT` from the pods' environment; the
     // `containerPort` and the readiness probe must follow it, or the data pods are never Ready.
-    let path = repo().join("examples/pytorch/hetgen.toml");
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        "\n[kubernetes]\n",
-        "\n[kubernetes]\nenvironment = { HETGEN_DATA_PORT = \"17000\" }\n",
-    );
-    let job = hetgen_spec::check_file(&path, text.as_bytes())
-        .job
-        .expect("a valid spec");
-    let objects = hetgen_kube::objects(&job).unwrap();
-    let jobs = objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
-        .as_array()
-        .unwrap();
+    let jobs = pytorch_replicated_jobs(|text| {
+        text.replace(
+            "\n[kubernetes]\n",
+            "\n[kubernetes]\nenvironment = { HETGEN_DATA_PORT = \"17000\" }\n",
+        )
+    });
     let data: Vec<_> = jobs.iter().filter(|j| j["name"] != "node").collect();
     assert!(!data.is_empty());
     for job in data {
@@ -98,16 +92,8 @@ fn a_data_port_set_in_the_environment_is_the_one_the_pods_expose_and_probe() {
 fn pods_that_ask_for_gpus_tolerate_gpu_node_taints_and_others_do_not() {
     // EKS and GKE taint GPU node groups `nvidia.com/gpu:NoSchedule`: a trainer pod without the
     // toleration would stay Pending there. A data pod has no business on those nodes.
-    let path = repo().join("examples/pytorch/hetgen.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let job = hetgen_spec::check_file(&path, text.as_bytes())
-        .job
-        .expect("a valid spec");
-    let objects = hetgen_kube::objects(&job).unwrap();
-    let jobs = objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
-        .as_array()
-        .unwrap();
-    for job in jobs {
+    let jobs = pytorch_replicated_jobs(|text| text);
+    for job in &jobs {
         let pod = &job["template"]["spec"]["template"]["spec"];
         let wants_gpus = !pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"].is_null();
         let tolerates = pod["tolerations"].as_array().is_some_and(|t| {
@@ -121,4 +107,18 @@ fn pods_that_ask_for_gpus_tolerate_gpu_node_taints_and_others_do_not() {
         // The example's trainer group is ml.g5.xlarge (one GPU), its data group ml.c5.xlarge.
         assert_eq!(wants_gpus, job["name"] == "node", "{}", job["name"]);
     }
+}
+
+/// The runtime's replicatedJobs of the pytorch example, its spec text edited by `edit`.
+fn pytorch_replicated_jobs(edit: impl FnOnce(String) -> String) -> Vec<serde_json::Value> {
+    let path = repo().join("examples/pytorch/hetgen.toml");
+    let text = edit(std::fs::read_to_string(&path).unwrap());
+    let job = hetgen_spec::check_file(&path, text.as_bytes())
+        .job
+        .expect("a valid spec");
+    let objects = hetgen_kube::objects(&job).unwrap();
+    objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+        .clone()
 }

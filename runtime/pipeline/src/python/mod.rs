@@ -174,8 +174,8 @@ impl Workers {
         };
         let wire_setup = Setup {
             code_dir: setup.code_dir.clone(),
-            dataset: dataset.into(),
-            collate: collate.map(Into::into),
+            dataset: dataset.clone(),
+            collate: collate.cloned(),
             path: path.to_owned(),
             hyperparameters: setup.hyperparameters.clone(),
             shm_dir: dir.clone(),

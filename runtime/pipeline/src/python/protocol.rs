@@ -13,25 +13,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::PythonRef;
 use crate::rng::python_seed;
 use crate::tensor::{DType, Tensor};
-
-/// A `file.py:function` as the worker imports it.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct Reference {
-    file: String,
-    name: String,
-}
-
-impl From<&PythonRef> for Reference {
-    fn from(r: &PythonRef) -> Self {
-        Reference {
-            file: r.file.clone(),
-            name: r.name.clone(),
-        }
-    }
-}
+use hetgen_spec::model::PythonRef;
 
 /// What a worker needs to build the dataset, sent once after it connects.
 #[derive(Debug, Clone, Serialize)]
@@ -39,8 +23,9 @@ pub(super) struct Setup {
     /// The job's code folder: the dataset's file is relative to it, and it goes first on
     /// `sys.path`.
     pub code_dir: PathBuf,
-    pub dataset: Reference,
-    pub collate: Option<Reference>,
+    /// The factory and the collate, as the worker imports them (`file`, `name`).
+    pub dataset: PythonRef,
+    pub collate: Option<PythonRef>,
     /// The channel's folder, the factory's first argument.
     pub path: PathBuf,
     /// As SageMaker delivers them (strings; JSON ones the worker decodes).
@@ -204,7 +189,7 @@ mod tests {
     fn the_setup_carries_every_dtype_and_not_the_seed() {
         let setup = Setup {
             code_dir: "/code".into(),
-            dataset: Reference {
+            dataset: PythonRef {
                 file: "data.py".into(),
                 name: "make".into(),
             },
