@@ -34,8 +34,8 @@ pub use profile::ProfileArgs;
 pub use render::RenderArgs;
 pub use validate::ValidateArgs;
 
-/// Heterogeneous training clusters for Amazon SageMaker: GPU instances train, CPU instances
-/// preprocess, in one job.
+/// Heterogeneous training clusters on Amazon SageMaker or Kubernetes (Kubeflow Trainer): GPU
+/// instances train, CPU instances preprocess, in one job.
 #[derive(Debug, Parser)]
 #[command(name = "hetgen", version, about, long_about = None)]
 pub struct Cli {
@@ -47,21 +47,25 @@ pub struct Cli {
 pub enum Command {
     /// Check a spec against every rule SageMaker and hetgen enforce
     Validate(ValidateArgs),
-    /// Render the SageMaker request, SDK estimator, launcher crate, proto and Dockerfile
+    /// Render the SageMaker request, SDK estimator, launcher crate, proto and Dockerfile, and
+    /// with `[kubernetes]` the Kubeflow Trainer objects
     Render(RenderArgs),
     /// Create a new project with a commented hetgen.toml
     New(NewArgs),
-    /// Submit the rendered job to SageMaker (run `hetgen render` first)
+    /// Submit the rendered job to SageMaker, or to Kubernetes with --engine kubeflow, or run it
+    /// here with --local (run `hetgen render` first)
     Deploy(DeployArgs),
     /// Write the source bundle of a job on AWS's PyTorch image (`deploy` does it too)
     Bundle(BundleArgs),
-    /// Show a training job's status
+    /// Show a training job's status (a TrainJob's, its pods and warnings, with --engine
+    /// kubeflow)
     Status(StatusArgs),
-    /// Stop a training job (SageMaker sends SIGTERM to every instance)
+    /// Stop a training job (every instance or pod gets SIGTERM)
     Stop(StopArgs),
     /// List recent training jobs that hetgen started
     List(ListArgs),
-    /// Print a job's logs, every host's lines labelled (a SageMaker job or a local run)
+    /// Print a job's logs, every host's lines labelled (a SageMaker job, a TrainJob or a local
+    /// run)
     Logs(LogsArgs),
     /// Size the cluster: vCPU:GPU ratio, GPU cap, and every way to lift it (a bigger trainer with
     /// the same GPUs, data groups, or both) by $ per busy GPU-hour

@@ -1,4 +1,5 @@
-//! `hetgen`: validate, render and scaffold heterogeneous SageMaker training jobs.
+//! `hetgen`: validate, render, deploy and run heterogeneous training jobs, on Amazon SageMaker
+//! or on Kubernetes as Kubeflow Trainer jobs.
 
 mod cli;
 mod commands;
@@ -25,6 +26,9 @@ fn main() -> ExitCode {
         }
         cli::Command::Deploy(args) => commands::deploy::run(&args),
         cli::Command::Bundle(args) => commands::bundle::run(&args),
+        cli::Command::Status(args) if args.engine == cli::Engine::Kubeflow => {
+            commands::kubeflow::status(&args)
+        }
         cli::Command::Status(args) => commands::jobs::status(&args),
         cli::Command::Stop(args) if args.engine == cli::Engine::Kubeflow => {
             commands::kubeflow::stop(&args)

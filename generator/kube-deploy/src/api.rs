@@ -86,3 +86,23 @@ pub(crate) fn pods_of<'a>(namespace: &'a str, job: &'a str) -> Target<'a> {
         name: job,
     }
 }
+
+/// The events of a job's TrainJob and JobSet, as one list call sees them.
+pub(crate) fn events_of<'a>(namespace: &'a str, job: &'a str) -> Target<'a> {
+    Target {
+        kind: "the events of TrainJob",
+        resource: "events",
+        namespace,
+        name: job,
+    }
+}
+
+/// A namespace's TrainJobs, as one list call sees them.
+pub(crate) fn train_jobs_in(namespace: &str) -> Target<'_> {
+    Target {
+        kind: "the TrainJobs of namespace",
+        resource: "trainjobs.trainer.kubeflow.org",
+        namespace,
+        name: namespace,
+    }
+}

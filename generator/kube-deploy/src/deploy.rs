@@ -1,8 +1,9 @@
 //! Deploying a rendered job, and stopping it.
 //!
 //! Deploy, in order: make sure no TrainJob of the name exists (which also finds a cluster
-//! without Trainer before anything is written), apply the token Secret, the TrainingRuntime and
-//! the TrainJob with server-side apply, then make the TrainJob the Secret's owner, so that
+//! without Trainer before anything is written), apply the token Secret, the TrainingRuntime
+//! (replaced when what changed in it is immutable and no TrainJob runs it) and the TrainJob
+//! with server-side apply, then make the TrainJob the Secret's owner, so that
 //! deleting the TrainJob any way (`hetgen stop`, `kubectl delete`) deletes the token with it.
 //! The Secret comes first because the pods read it as they start: a pod whose Secret is
 //! missing waits in `CreateContainerConfigError` until the kubelet's next try.
@@ -15,7 +16,7 @@ use hetgen_spec::kube::{TOKEN_KEY, TRAINER_API_VERSION, token_secret};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DeleteParams, Patch, PatchParams, ValidationDirective};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, ValidationDirective};
 use serde_json::json;
 
 use crate::api::{self, FIELD_MANAGER};
@@ -124,11 +125,7 @@ async fn apply_trainer_objects(
     namespace: &str,
 ) -> Result<String, KubeError> {
     let client = &cluster.client;
-    let runtime_name = rendered.runtime_name();
-    api::runtimes(client, namespace)
-        .patch(runtime_name, &apply(), &Patch::Apply(rendered.runtime()))
-        .await
-        .map_err(|e| api::runtime(namespace, runtime_name).error("apply", e))?;
+    apply_runtime(cluster, rendered, namespace).await?;
     let name = rendered.name();
     let jobs = api::train_jobs(client, namespace);
     let mut waits = RUNTIME_NOT_SEEN_WAITS.iter();
@@ -149,6 +146,145 @@ async fn apply_trainer_objects(
         what: api::train_job(namespace, name).what(),
         message: "the API server returned it without a `metadata.uid`".to_owned(),
     })
+}
+
+/// Applies the TrainingRuntime. Trainer's CRD makes most of a runtime's JobSet template
+/// immutable (`dependsOn`, `network`, the success, failure and startup policies: `self ==
+/// oldSelf` rules), and a data group added, renamed or removed changes `node`'s `dependsOn`. So
+/// over a live runtime the CRD's transition rules are asked first
+/// ([`hetgen_kube::validate::refused_update`]); when they refuse the update, or the API server
+/// does (a newer Trainer may make more immutable than the vendored CRD says), the runtime is
+/// replaced instead.
+async fn apply_runtime(
+    cluster: &Cluster,
+    rendered: &Rendered,
+    namespace: &str,
+) -> Result<(), KubeError> {
+    let name = rendered.runtime_name();
+    let target = api::runtime(namespace, name);
+    let runtimes = api::runtimes(&cluster.client, namespace);
+    let live = runtimes
+        .get_opt(name)
+        .await
+        .map_err(|e| target.error("look up", e))?;
+    if let Some(live) = live {
+        let live = serde_json::to_value(&live).unwrap_or_default();
+        let refused = hetgen_kube::validate::refused_update(rendered.runtime(), &live);
+        if !refused.is_empty() {
+            let changes = refused.iter().map(ToString::to_string).collect();
+            return replace_runtime(cluster, rendered, namespace, changes).await;
+        }
+    }
+    match runtimes
+        .patch(name, &apply(), &Patch::Apply(rendered.runtime()))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_immutable(&e) => {
+            let changes = vec![api_message(&e)];
+            replace_runtime(cluster, rendered, namespace, changes).await
+        }
+        Err(e) => Err(target.error("apply", e)),
+    }
+}
+
+/// Deletes the TrainingRuntime and applies it again, unless a TrainJob runs it (Trainer keeps
+/// a runtime in use with a finalizer, and a TrainJob whose runtime changed under it would make
+/// pods from a template it was not started with): then the deploy stops, naming them.
+async fn replace_runtime(
+    cluster: &Cluster,
+    rendered: &Rendered,
+    namespace: &str,
+    changes: Vec<String>,
+) -> Result<(), KubeError> {
+    let name = rendered.runtime_name();
+    let target = api::runtime(namespace, name);
+    let runtimes = api::runtimes(&cluster.client, namespace);
+    let train_jobs = running(cluster, namespace, name).await?;
+    if !train_jobs.is_empty() {
+        return Err(KubeError::RuntimeInUse {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            changes,
+            train_jobs,
+        });
+    }
+    match runtimes.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(e) if target.is_not_found(&e) => {}
+        Err(e) => return Err(target.error("delete", e)),
+    }
+    // Gone once the API server says so: a finalizer (Trainer's, while it still counts a
+    // TrainJob that just ended) may hold it a moment.
+    let mut waits = RUNTIME_GONE_WAITS.iter();
+    while runtimes
+        .get_opt(name)
+        .await
+        .map_err(|e| target.error("look up", e))?
+        .is_some()
+    {
+        let Some(wait) = waits.next() else {
+            return Err(KubeError::Api {
+                verb: "replace",
+                what: target.what(),
+                message: "it is still being deleted after 15 s (a finalizer holds it: `kubectl get trainingruntime -o yaml` shows which)".to_owned(),
+            });
+        };
+        tokio::time::sleep(*wait).await;
+    }
+    runtimes
+        .patch(name, &apply(), &Patch::Apply(rendered.runtime()))
+        .await
+        .map_err(|e| target.error("apply", e))?;
+    Ok(())
+}
+
+/// The TrainJobs in `namespace` that run the TrainingRuntime `runtime`.
+async fn running(
+    cluster: &Cluster,
+    namespace: &str,
+    runtime: &str,
+) -> Result<Vec<String>, KubeError> {
+    let jobs = api::train_jobs(&cluster.client, namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api::train_jobs_in(namespace).error("list", e))?;
+    Ok(jobs
+        .items
+        .into_iter()
+        .filter(|job| {
+            let reference = job.data.pointer("/spec/runtimeRef");
+            let field = |f: &str| reference.and_then(|r| r.get(f)).and_then(|v| v.as_str());
+            field("name") == Some(runtime)
+                && field("kind").is_none_or(|kind| kind == "TrainingRuntime")
+        })
+        .filter_map(|job| job.metadata.name)
+        .collect())
+}
+
+/// The waits for a deleted runtime to be gone: 15 s in all.
+const RUNTIME_GONE_WAITS: [Duration; 6] = [
+    Duration::from_millis(250),
+    Duration::from_millis(750),
+    Duration::from_secs(1),
+    Duration::from_secs(3),
+    Duration::from_secs(5),
+    Duration::from_secs(5),
+];
+
+/// Whether `e` is the API server's refusal of an update that changes an immutable field (a
+/// transition rule's "Value is immutable", 422 Invalid).
+fn is_immutable(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 422
+        && status.message.to_lowercase().contains("immutable"))
+}
+
+/// The API server's message of a refusal.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Trainer's TrainJob webhook looks the runtime up in its informer cache

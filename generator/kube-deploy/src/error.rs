@@ -64,6 +64,27 @@ pub enum KubeError {
         )
     )]
     Exists { namespace: String, name: String },
+    /// The live TrainingRuntime differs in what cannot change, and a TrainJob still runs it, so
+    /// it cannot be replaced.
+    #[error(
+        "TrainingRuntime `{name}` in namespace `{namespace}` cannot be updated ({}) and TrainJob{} {} still run{} it, so it cannot be replaced",
+        changes.join("; "),
+        if train_jobs.len() == 1 { "" } else { "s" },
+        train_jobs.iter().map(|j| format!("`{j}`")).collect::<Vec<_>>().join(", "),
+        if train_jobs.len() == 1 { "s" } else { "" }
+    )]
+    #[diagnostic(
+        code("hetgen::kube::runtime-in-use"),
+        help(
+            "the runtime's JobSet template (`dependsOn`, network, the success, failure and startup policies) is immutable, and changes when a data group is added, renamed or removed: let those TrainJobs finish or stop them (`hetgen stop --engine kubeflow JOB`), then deploy again"
+        )
+    )]
+    RuntimeInUse {
+        namespace: String,
+        name: String,
+        changes: Vec<String>,
+        train_jobs: Vec<String>,
+    },
     /// The object is not there.
     #[error("{kind} `{name}` not found in namespace `{namespace}`")]
     #[diagnostic(
@@ -95,7 +116,7 @@ pub enum KubeError {
     #[diagnostic(
         code("hetgen::kube::forbidden"),
         help(
-            "hetgen needs to get, patch and delete TrainJobs, TrainingRuntimes and Secrets, and to list pods and read their logs, in the job's namespace: ask for a Role that allows it, or choose another namespace with `--namespace`"
+            "hetgen needs to get, patch and delete TrainJobs, TrainingRuntimes and Secrets, and to list TrainJobs, pods and events and read pods' logs, in the job's namespace: ask for a Role that allows it, or choose another namespace with `--namespace`"
         )
     )]
     Forbidden {

@@ -7,9 +7,12 @@
 //! `TrainingRuntimeNotSupported`). A TrainJob with none of them true is running, or waiting
 //! for its pods to be scheduled.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::DynamicObject;
 use serde::Deserialize;
 
+use crate::events::{self, Warning};
+use crate::pods::{JobPods, PodState};
 use crate::{Cluster, Groups, KubeError, api};
 
 /// A TrainJob's condition types (Trainer v2.3.0).
@@ -71,6 +74,10 @@ pub struct TrainJobState {
     pub conditions: Vec<Condition>,
     /// The TrainingRuntime it runs (`spec.runtimeRef.name`).
     pub runtime: String,
+    /// Its `metadata.uid`: this TrainJob, not an earlier one of the same name.
+    pub uid: Option<String>,
+    /// When it was created.
+    pub created: Option<Time>,
 }
 
 impl TrainJobState {
@@ -91,6 +98,8 @@ impl TrainJobState {
             phase: phase(&conditions),
             conditions,
             runtime,
+            uid: object.metadata.uid.clone(),
+            created: object.metadata.creation_timestamp.clone(),
         }
     }
 }
@@ -141,6 +150,33 @@ pub async fn groups(cluster: &Cluster, state: &TrainJobState) -> Groups {
         Ok(runtime) => Groups::of_runtime(&serde_json::to_value(&runtime).unwrap_or_default()),
         Err(_) => Groups::default(),
     }
+}
+
+/// A TrainJob at one moment, as `hetgen status --engine kubeflow` shows it.
+#[derive(Debug, Clone)]
+pub struct JobStatus {
+    pub state: TrainJobState,
+    /// Its pods, with their groups.
+    pub pods: Vec<PodState>,
+    /// The Warning events on it and its JobSet.
+    pub warnings: Vec<Warning>,
+}
+
+/// The TrainJob `name`, its pods and its Warning events.
+pub async fn status(cluster: &Cluster, name: &str) -> Result<JobStatus, KubeError> {
+    let state = state(cluster, name).await?;
+    let groups = groups(cluster, &state).await;
+    let pods = JobPods::new(cluster, name, groups, None)
+        .poll(false)
+        .await?
+        .pods;
+    let warnings =
+        events::warnings(cluster, name, state.uid.as_deref(), state.created.as_ref()).await?;
+    Ok(JobStatus {
+        state,
+        pods,
+        warnings,
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The arguments of `hetgen status`, `stop` and `list`: SageMaker's jobs by name.
+//! The arguments of `hetgen status`, `stop` and `list`: jobs by name, SageMaker's or (with
+//! `--engine kubeflow`) TrainJobs.
 
 use clap::Args;
 
@@ -7,13 +8,18 @@ use super::{AwsArgs, Engine, Format, KubeArgs};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The training job's name
+    /// The training job's name (with --engine kubeflow, the TrainJob's)
     pub job: String,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
+    /// Where the job runs
+    #[arg(long, value_enum, default_value_t = Engine::Sagemaker)]
+    pub engine: Engine,
     #[command(flatten)]
     pub aws: AwsArgs,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 #[derive(Debug, Args)]

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 
 use hetgen_kube_deploy::{
     Cluster, DeployOptions, Follow, Groups, JobPods, Outcome, Phase, PodLine, PodState, Rendered,
-    TrainJobState, Watcher,
+    TrainJobState, Warning, Watcher,
 };
 use hetgen_local::joblog::LogLine;
 
 use super::{ensure_fresh, render_spec};
-use crate::cli::{DeployArgs, Format, LogsArgs, StopArgs};
+use crate::cli::{DeployArgs, Format, LogsArgs, StatusArgs, StopArgs};
 use crate::exit::Failure;
 use crate::follow::transition;
 use crate::view::{Filter, LogView, Target};
@@ -103,7 +103,7 @@ async fn wait(follow: &Follow<'_>, view: &mut View) -> Result<ExitCode, Failure>
             eprintln!("TrainJob `{}` completed", follow.name);
             Ok(ExitCode::SUCCESS)
         }
-        failed @ Outcome::Failed { .. } => Err(Failure::TrainJobFailed {
+        failed @ (Outcome::Failed { .. } | Outcome::Refused(_)) => Err(Failure::TrainJobFailed {
             name: follow.name.to_owned(),
             reason: failed.failure(),
         }),
@@ -126,6 +126,75 @@ pub fn stop(args: &StopArgs) -> Result<ExitCode, Failure> {
             "no TrainJob `{}`; deleted its leftover token Secret",
             args.job
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hetgen status --engine kubeflow JOB`: the TrainJob's phase, each pod's, and the Warning
+/// events on it and its JobSet (a refusal among them says why it never runs).
+pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
+    let status = super::block_on(async {
+        let cluster = Cluster::connect(&args.kube.connection()).await?;
+        hetgen_kube_deploy::status(&cluster, &args.job).await
+    })?;
+    let phase = &status.state.phase;
+    match args.format {
+        Format::Json => crate::output::print_json(&serde_json::json!({
+            "name": args.job,
+            "phase": phase.name(),
+            "reason": match phase {
+                Phase::Failed { reason, .. } | Phase::Suspended { reason } => Some(reason),
+                _ => None,
+            },
+            "message": match phase {
+                Phase::Failed { message, .. } | Phase::Complete { message } => Some(message),
+                _ => None,
+            },
+            "pods": status.pods.iter().map(|p| serde_json::json!({
+                "pod": p.pod, "host": p.host, "group": p.group, "phase": p.phase, "ended": p.ended,
+            })).collect::<Vec<_>>(),
+            "warnings": status.warnings.iter().map(|w| serde_json::json!({
+                "kind": w.kind, "reason": w.reason, "message": w.message, "count": w.count,
+                "refusal": w.is_refusal(),
+            })).collect::<Vec<_>>(),
+        })),
+        Format::Human => {
+            println!(
+                "{}: {} ({})",
+                args.job,
+                phase.name(),
+                describe(phase, &status.pods)
+            );
+            match phase {
+                Phase::Failed { reason, message } => println!("  failure: {reason}: {message}"),
+                Phase::Complete { message } if !message.is_empty() => println!("  {message}"),
+                _ => {}
+            }
+            for pod in &status.pods {
+                let group = pod
+                    .group
+                    .as_deref()
+                    .map(|g| format!(" {g}"))
+                    .unwrap_or_default();
+                let ended = pod
+                    .ended
+                    .as_deref()
+                    .map(|e| format!(", {e}"))
+                    .unwrap_or_default();
+                println!(
+                    "  [{}{group}] pod `{}`: {}{ended}",
+                    pod.host, pod.pod, pod.phase
+                );
+            }
+            for warning in &status.warnings {
+                let times = if warning.count > 1 {
+                    format!(" (×{})", warning.count)
+                } else {
+                    String::new()
+                };
+                println!("  warning: {}{times}", warning.describe());
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -227,6 +296,10 @@ impl Watcher for View {
             line.group.as_deref(),
             &line.message,
         ));
+    }
+
+    fn warning(&mut self, warning: &Warning) {
+        self.log.note(&format!("warning: {}", warning.describe()));
     }
 }
 

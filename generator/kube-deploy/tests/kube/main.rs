@@ -9,7 +9,7 @@ use std::time::Duration;
 use hetgen_kube::validate::documents;
 use hetgen_kube_deploy::{
     Cluster, Connection, DeployOptions, Follow, KubeError, Outcome, PodLine, PodState, Rendered,
-    TrainJobState, Watcher,
+    TrainJobState, Warning, Watcher,
 };
 use serde_json::Value;
 use server::Server;
@@ -88,13 +88,19 @@ fn deploy_applies_the_secret_then_the_runtime_then_the_trainjob_as_hetgen() {
         [
             format!("GET {TRAIN_JOB}"),
             format!("PATCH {SECRET}"),
+            format!("GET {RUNTIME}"),
             format!("PATCH {RUNTIME}"),
             format!("PATCH {TRAIN_JOB}"),
             format!("PATCH {SECRET}"),
         ]
     );
-    let requests = server.requests();
-    for applied in &requests[1..4] {
+    // What was written: every request but the lookups.
+    let requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| !r.line().starts_with("GET "))
+        .collect();
+    for applied in &requests[0..3] {
         assert_eq!(
             applied.headers["content-type"],
             "application/apply-patch+yaml",
@@ -117,13 +123,13 @@ fn deploy_applies_the_secret_then_the_runtime_then_the_trainjob_as_hetgen() {
     // Only the Secret is forced: a stale token is replaced whoever wrote it; the Trainer
     // objects' conflicts are reported.
     assert_eq!(
-        requests[1].query.get("force").map(String::as_str),
+        requests[0].query.get("force").map(String::as_str),
         Some("true")
     );
+    assert_eq!(requests[1].query.get("force"), None);
     assert_eq!(requests[2].query.get("force"), None);
-    assert_eq!(requests[3].query.get("force"), None);
 
-    let secret = requests[1].json();
+    let secret = requests[0].json();
     assert_eq!(secret["kind"], "Secret");
     assert_eq!(secret["metadata"]["name"], "pytorch-digits-hetgen-token");
     assert_eq!(secret["metadata"]["namespace"], "default");
@@ -136,16 +142,16 @@ fn deploy_applies_the_secret_then_the_runtime_then_the_trainjob_as_hetgen() {
 
     // The objects go as rendered.
     assert_eq!(
-        requests[2].json(),
+        requests[1].json(),
         yaml_as_json("rendered/kubeflow/trainingruntime.yaml")
     );
     assert_eq!(
-        requests[3].json(),
+        requests[2].json(),
         yaml_as_json("rendered/kubeflow/trainjob.yaml")
     );
 
     // Then the TrainJob owns the Secret, so deleting it any way deletes the token.
-    let owner = &requests[4];
+    let owner = &requests[3];
     assert_eq!(
         owner.headers["content-type"],
         "application/merge-patch+json"
@@ -241,6 +247,7 @@ fn a_trainjob_refused_because_the_webhook_has_not_seen_its_runtime_yet_is_sent_a
         [
             format!("GET {TRAIN_JOB}"),
             format!("PATCH {SECRET}"),
+            format!("GET {RUNTIME}"),
             format!("PATCH {RUNTIME}"),
             format!("PATCH {TRAIN_JOB}"),
             format!("PATCH {TRAIN_JOB}"),
@@ -274,6 +281,94 @@ fn another_webhook_denial_is_the_controllers_refusal_not_retried_and_not_rbac() 
     );
 }
 
+const TRAIN_JOBS: &str = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/default/trainjobs";
+
+/// The job's earlier deploy had a second data group: the live runtime's `node` depends on it,
+/// and Trainer's CRD makes `dependsOn` immutable. Asked offline with the CRD's transition rules,
+/// the update would be refused, so the runtime, which no TrainJob runs, is replaced.
+#[test]
+fn a_runtime_whose_immutable_parts_changed_is_replaced_when_no_trainjob_runs_it() {
+    let (server, deployed) = deploy("deploy-redeploy");
+    assert_eq!(deployed.unwrap().name, JOB);
+    assert_eq!(
+        server.lines(),
+        [
+            format!("GET {TRAIN_JOB}"),
+            format!("PATCH {SECRET}"),
+            format!("GET {RUNTIME}"),
+            format!("GET {TRAIN_JOBS}"),
+            format!("DELETE {RUNTIME}"),
+            format!("GET {RUNTIME}"),
+            format!("PATCH {RUNTIME}"),
+            format!("PATCH {TRAIN_JOB}"),
+            format!("PATCH {SECRET}"),
+        ]
+    );
+    let applied = server
+        .requests()
+        .into_iter()
+        .find(|r| r.line() == format!("PATCH {RUNTIME}"))
+        .unwrap();
+    assert_eq!(
+        applied.json(),
+        yaml_as_json("rendered/kubeflow/trainingruntime.yaml")
+    );
+}
+
+/// The cluster's Trainer refuses the update with 422 "Value is immutable" on a field the
+/// vendored CRD lets change (a newer release): the runtime is replaced all the same.
+#[test]
+fn a_runtime_update_refused_as_immutable_is_replaced() {
+    let (server, deployed) = deploy("deploy-immutable");
+    assert_eq!(deployed.unwrap().name, JOB);
+    assert_eq!(
+        server.lines(),
+        [
+            format!("GET {TRAIN_JOB}"),
+            format!("PATCH {SECRET}"),
+            format!("GET {RUNTIME}"),
+            format!("PATCH {RUNTIME}"),
+            format!("GET {TRAIN_JOBS}"),
+            format!("DELETE {RUNTIME}"),
+            format!("GET {RUNTIME}"),
+            format!("PATCH {RUNTIME}"),
+            format!("PATCH {TRAIN_JOB}"),
+            format!("PATCH {SECRET}"),
+        ]
+    );
+}
+
+/// Another TrainJob still runs the runtime: it is left alone, the deploy stops naming that
+/// TrainJob and what cannot change, and the token Secret goes again.
+#[test]
+fn a_runtime_a_trainjob_runs_is_not_replaced() {
+    let (server, result) = deploy("deploy-runtime-in-use");
+    let err = result.unwrap_err();
+    let KubeError::RuntimeInUse {
+        train_jobs,
+        changes,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(train_jobs, &["digits-ablation"]);
+    assert_eq!(
+        changes,
+        &["spec.template.spec.replicatedJobs[1].dependsOn: Value is immutable"]
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("TrainJob `digits-ablation` still runs it"),
+        "{text}"
+    );
+    assert!(!server.lines().contains(&format!("DELETE {RUNTIME}")));
+    assert_eq!(
+        server.lines().last().map(String::as_str),
+        Some(format!("DELETE {SECRET}").as_str())
+    );
+}
+
 #[test]
 fn stop_deletes_the_trainjob_in_the_foreground_and_then_the_secret() {
     let server = Server::start("stop");
@@ -295,11 +390,12 @@ fn stop_deletes_the_trainjob_in_the_foreground_and_then_the_secret() {
     assert_eq!(server.unmatched(), Vec::<String>::new());
 }
 
-/// What a follow showed: states and labelled lines, as the command line labels them.
+/// What a follow showed: states, labelled lines as the command line labels them, warnings.
 #[derive(Default)]
 struct Seen {
     phases: Vec<String>,
     lines: Vec<String>,
+    warnings: Vec<String>,
 }
 
 impl Watcher for Seen {
@@ -311,6 +407,10 @@ impl Watcher for Seen {
         let group = line.group.as_deref().unwrap_or("?");
         self.lines
             .push(format!("[{} {group}] {}", line.host, line.message));
+    }
+
+    fn warning(&mut self, warning: &Warning) {
+        self.warnings.push(warning.describe());
     }
 }
 
@@ -411,4 +511,55 @@ fn wait_ends_failed_with_the_reason_and_the_first_pod_to_fail() {
         "{:#?}",
         seen.lines
     );
+}
+
+/// JobSet's webhook refuses the JobSet Trainer makes (pod names over its limit): Trainer keeps
+/// a Warning event on the TrainJob and sets no condition. The follow shows the Warnings of this
+/// TrainJob (not an earlier one's of the same name) and ends on the refusal with its message,
+/// instead of saying "Running" for ever.
+#[test]
+fn wait_ends_on_a_refusal_the_controller_records_only_as_an_event() {
+    let (server, seen, outcome) = follow("wait-refused");
+    let refusal = "TrainJob TrainJobResourcesCreationFailed: TrainJob resources reconciliation \
+                   failed: admission webhook \"vjobset.kb.io\" denied the request: \
+                   spec.replicatedJobs[0].name: Invalid value: \"data-group\": JobSet name is \
+                   too long, pod names generated for this JobSet will exceed 63 characters";
+    assert!(matches!(outcome, Outcome::Refused(_)), "{outcome:?}");
+    assert_eq!(outcome.failure().unwrap(), refusal);
+    assert_eq!(seen.phases, ["Running"]);
+    assert_eq!(
+        seen.warnings,
+        [
+            "JobSet FailedCreate: jobs.batch \"pytorch-digits-node-0\" is forbidden: exceeded quota: gpu-quota",
+            refusal
+        ]
+    );
+    let list = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/events"))
+        .unwrap();
+    assert_eq!(
+        list.query["fieldSelector"],
+        "type=Warning,involvedObject.name=pytorch-digits"
+    );
+}
+
+/// `hetgen status --engine kubeflow`: the TrainJob's phase, its pods and the Warnings on it.
+#[test]
+fn status_reads_the_trainjob_its_pods_and_its_warnings() {
+    let server = Server::start("wait-refused");
+    let status = runtime()
+        .block_on(async {
+            let cluster = cluster(&server).await;
+            hetgen_kube_deploy::status(&cluster, JOB).await
+        })
+        .unwrap();
+    assert_eq!(status.state.phase.name(), "Running");
+    assert!(status.pods.is_empty());
+    let reasons: Vec<&str> = status.warnings.iter().map(|w| w.reason.as_str()).collect();
+    assert_eq!(reasons, ["FailedCreate", "TrainJobResourcesCreationFailed"]);
+    assert!(status.warnings[1].is_refusal());
+    assert!(!status.warnings[0].is_refusal());
+    assert_eq!(server.unmatched(), Vec::<String>::new());
 }

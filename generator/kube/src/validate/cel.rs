@@ -114,7 +114,16 @@ impl Rules {
 
     /// Evaluates `rule` with `self` bound to `value`.
     pub fn eval(&self, rule: &Rule, value: &Value) -> Outcome {
-        match self.run(&rule.rule, value) {
+        self.eval_with(rule, value, None)
+    }
+
+    /// Evaluates a transition rule with `self` bound to `value` and `oldSelf` to `old`.
+    pub fn eval_update(&self, rule: &Rule, value: &Value, old: &Value) -> Outcome {
+        self.eval_with(rule, value, Some(old))
+    }
+
+    fn eval_with(&self, rule: &Rule, value: &Value, old: Option<&Value>) -> Outcome {
+        match self.run(&rule.rule, value, old) {
             Ok(cel::Value::Bool(true)) => Outcome::Pass,
             Ok(cel::Value::Bool(false)) => Outcome::Fail(self.message(rule, value)),
             Ok(other) => Outcome::Error(format!(
@@ -129,7 +138,7 @@ impl Rules {
     /// evaluates to a non-empty string, else `message`, else the rule itself.
     fn message(&self, rule: &Rule, value: &Value) -> String {
         if let Some(expr) = &rule.message_expression
-            && let Ok(cel::Value::String(s)) = self.run(expr, value)
+            && let Ok(cel::Value::String(s)) = self.run(expr, value, None)
             && !s.trim().is_empty()
         {
             return s.to_string();
@@ -140,24 +149,32 @@ impl Rules {
         }
     }
 
-    fn run(&self, expr: &str, value: &Value) -> Result<cel::Value, String> {
+    fn run(&self, expr: &str, value: &Value, old: Option<&Value>) -> Result<cel::Value, String> {
         let program = match self.programs.get(expr) {
             Some(Ok(p)) => p,
             Some(Err(e)) => return Err(format!("does not compile: {e}")),
             // A rule outside the vendored schemas (tests pass their own): compile it now.
             None => {
                 return match self.env.compile(expr) {
-                    Ok(p) => self.execute(&p, value),
+                    Ok(p) => self.execute(&p, value, old),
                     Err(e) => Err(format!("does not compile: {e}")),
                 };
             }
         };
-        self.execute(program, value)
+        self.execute(program, value, old)
     }
 
-    fn execute(&self, program: &Program, value: &Value) -> Result<cel::Value, String> {
+    fn execute(
+        &self,
+        program: &Program,
+        value: &Value,
+        old: Option<&Value>,
+    ) -> Result<cel::Value, String> {
         let mut context = Context::with_env(self.env.clone());
         context.add_variable_from_value("self", to_cel(value));
+        if let Some(old) = old {
+            context.add_variable_from_value("oldSelf", to_cel(old));
+        }
         add_kubernetes_functions(&mut context);
         program.execute(&context).map_err(|e| e.to_string())
     }

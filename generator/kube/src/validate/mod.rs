@@ -8,7 +8,8 @@
 //!    enums, patterns, bounds, required fields, and unknown fields, with a "did you mean" hint
 //!    (`schema`); the top-level `metadata` as the server's ObjectMeta validation (`meta`);
 //! 3. evaluates the schema's CEL rules, `x-kubernetes-validations`, on the nodes they are attached
-//!    to (`cel`), skipping transition rules as a create does;
+//!    to (`cel`), skipping transition rules as a create does ([`refused_update`] runs those
+//!    against a live object, as an update does: `transition`);
 //! 4. applies hetgen's own rules across the objects of all files, for what the controllers would
 //!    refuse that no schema says (`rules`).
 //!
@@ -21,6 +22,7 @@ mod diagnostic;
 mod meta;
 mod rules;
 mod schema;
+mod transition;
 mod yaml;
 
 use std::path::PathBuf;
@@ -28,6 +30,7 @@ use std::path::PathBuf;
 use hetgen_spec::SpecSource;
 
 pub use diagnostic::Diagnostic;
+pub use transition::{Refused, refused_update};
 
 /// A diagnostic code: `code!("unknown-field")` is `hetgen::kube::unknown-field`.
 macro_rules! code {
