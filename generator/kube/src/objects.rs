@@ -13,8 +13,11 @@
 //!   tell it which job, group and pod it is, and the token (from the job's Secret), are
 //!   `hetgen_spec::kube`'s.
 
+use std::collections::BTreeMap;
+
 use hetgen_env::TOKEN_VAR;
 use hetgen_spec::Job;
+use hetgen_spec::catalog::Catalog;
 use hetgen_spec::data_port::data_port_in;
 use hetgen_spec::kube::{
     self, ANCESTOR_LABEL, ANCESTOR_TRAINER, COMPLETION_INDEX_ANNOTATION, INSTANCE_TYPE_LABEL,
@@ -22,6 +25,9 @@ use hetgen_spec::kube::{
 };
 use hetgen_spec::model::{Group, Kubernetes, Role, Trainer};
 use serde_json::{Value, json};
+
+/// Istio's label that opts a pod in or out of sidecar injection.
+pub const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
 
 /// NVIDIA's device plugin's resource, and the taint key of GPU node groups.
 const GPU_RESOURCE: &str = "nvidia.com/gpu";
@@ -91,7 +97,7 @@ pub fn objects(job: &Job) -> Option<Objects> {
         "command": [kube::IMAGE_LAUNCHER],
         "args": kube::LAUNCHER_ARGS,
         "numNodes": trainer.count,
-        "resourcesPerNode": resources(trainer),
+        "resourcesPerNode": resources(k, trainer),
     });
     if let Trainer::Script(script) = &job.trainer {
         spec_trainer["numProcPerNode"] = json!(script.processes_per_host);
@@ -156,7 +162,7 @@ fn data_job(job: &Job, k: &Kubernetes, group: &Group, groups_json: &str) -> Valu
         "replicas": 1,
         "template": {
             "metadata": { "labels": { GROUP_LABEL: group.name } },
-            "spec": indexed_job(group.count, pod_spec(job, k, group, container)),
+            "spec": indexed_job(k, group.count, pod_spec(job, k, group, container)),
         },
     })
 }
@@ -177,7 +183,7 @@ fn trainer_job(
                 ANCESTOR_LABEL: ANCESTOR_TRAINER,
             }},
             // Trainer sets parallelism and completions from the TrainJob's numNodes.
-            "spec": indexed_job(group.count, pod_spec(job, k, group, container)),
+            "spec": indexed_job(k, group.count, pod_spec(job, k, group, container)),
         },
     });
     if !data.is_empty() {
@@ -189,13 +195,23 @@ fn trainer_job(
     spec
 }
 
-fn indexed_job(count: u32, pod: Value) -> Value {
+fn indexed_job(k: &Kubernetes, count: u32, pod: Value) -> Value {
+    // A service mesh's sidecar that is not a native one (Istio's, injected on a Kubeflow
+    // platform install) outlives the pod's container, and the pod, its Job and the TrainJob
+    // never complete; the pods talk to each other and to no mesh service. So no sidecar, unless
+    // the spec's labels say otherwise.
+    let mut labels = BTreeMap::from([(ISTIO_INJECT.to_owned(), "false".to_owned())]);
+    labels.extend(k.pod_labels.clone());
+    let mut template = json!({ "spec": pod, "metadata": { "labels": labels } });
+    if !k.pod_annotations.is_empty() {
+        template["metadata"]["annotations"] = json!(k.pod_annotations);
+    }
     json!({
         "parallelism": count,
         "completions": count,
         "completionMode": "Indexed",
         "backoffLimit": 0,
-        "template": { "spec": pod },
+        "template": template,
     })
 }
 
@@ -210,23 +226,43 @@ fn pod_spec(job: &Job, k: &Kubernetes, group: &Group, container: Value) -> Value
     // pools: `nvidia.com/gpu`, `NoSchedule`, any value); without the toleration a trainer pod
     // that asks for GPUs stays Pending. It allows those nodes, it does not pick them: the
     // node selector and the GPU limit do.
+    let mut tolerations = Vec::new();
     if group.gpus.is_some_and(|g| g > 0) {
-        pod["tolerations"] = json!([
-            { "key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule" },
-        ]);
+        tolerations
+            .push(json!({ "key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule" }));
     }
-    if !channels.is_empty() {
-        pod["volumes"] = channels
-            .iter()
-            .map(|c| {
-                json!({
-                    "name": volume_name(c),
-                    "persistentVolumeClaim": { "claimName": k.claims[*c], "readOnly": true },
-                })
+    tolerations.extend(k.tolerations.iter().map(|t| json!(t)));
+    if !tolerations.is_empty() {
+        pod["tolerations"] = Value::Array(tolerations);
+    }
+    let mut volumes: Vec<Value> = channels
+        .iter()
+        .map(|c| {
+            json!({
+                "name": volume_name(c),
+                "persistentVolumeClaim": { "claimName": k.claims[*c], "readOnly": true },
             })
-            .collect();
+        })
+        .collect();
+    if let Some(claim) = outputs(k, group) {
+        volumes.push(
+            json!({ "name": OUTPUT_VOLUME, "persistentVolumeClaim": { "claimName": claim } }),
+        );
+    }
+    if !volumes.is_empty() {
+        pod["volumes"] = Value::Array(volumes);
     }
     pod
+}
+
+/// The volume of `[kubernetes] output_claim` on the trainer pods.
+const OUTPUT_VOLUME: &str = "outputs";
+
+/// The claim that keeps `group`'s outputs: the trainer group's, when the spec names one.
+fn outputs<'a>(k: &'a Kubernetes, group: &Group) -> Option<&'a str> {
+    k.output_claim
+        .as_deref()
+        .filter(|_| group.role == Role::Trainer)
 }
 
 fn container(job: &Job, k: &Kubernetes, group: &Group, name: &str, groups_json: &str) -> Value {
@@ -247,25 +283,51 @@ fn container(job: &Job, k: &Kubernetes, group: &Group, name: &str, groups_json: 
         "command": [kube::IMAGE_LAUNCHER],
         "args": kube::LAUNCHER_ARGS,
         "env": env,
-        "resources": resources(group),
+        "resources": resources(k, group),
     });
-    let mounts: Vec<Value> = channels_of(job, group)
+    let mut mounts: Vec<Value> = channels_of(job, group)
         .iter()
         .map(|c| json!({ "name": volume_name(c), "mountPath": kube::channel_mount(c), "readOnly": true }))
         .collect();
+    // The job's folders on the claim, one run after another in the same place: the model of
+    // the job's last run is at `<job>/model`.
+    if outputs(k, group).is_some() {
+        mounts.extend(kube::OUTPUT_FOLDERS.iter().map(|folder| {
+            json!({
+                "name": OUTPUT_VOLUME,
+                "mountPath": format!("/opt/ml/{folder}"),
+                "subPath": format!("{}/{folder}", job.name),
+            })
+        }));
+    }
     if !mounts.is_empty() {
         container["volumeMounts"] = Value::Array(mounts);
     }
     container
 }
 
-/// CPU requests leave one vCPU of the instance to the kubelet and the node's daemons (a node's
-/// allocatable CPU is less than its vCPUs, so a request for all of them would never be
-/// scheduled); a trainer asks for its instance type's GPUs.
-fn resources(group: &Group) -> Value {
+/// A pod requests its instance type's vCPUs (and, with a memory reserve, its memory) less what
+/// the node keeps for the kubelet, the system and daemonsets (`[kubernetes] reserve`, one vCPU
+/// by default: a node's allocatable CPU is less than its vCPUs, so a request for all of them
+/// would never be scheduled); a trainer asks for its instance type's GPUs.
+fn resources(k: &Kubernetes, group: &Group) -> Value {
     let mut resources = json!({});
     if let Some(vcpus) = group.vcpus {
-        resources["requests"] = json!({ "cpu": vcpus.saturating_sub(1).max(1).to_string() });
+        // The spec check keeps the reserve below every group's vCPUs; at least a tenth of one.
+        let millis = (vcpus * 1000).saturating_sub(k.reserve_millicpu).max(100);
+        let cpu = if millis % 1000 == 0 {
+            (millis / 1000).to_string()
+        } else {
+            format!("{millis}m")
+        };
+        resources["requests"] = json!({ "cpu": cpu });
+    }
+    let memory = Catalog::builtin()
+        .get(&group.instance_type)
+        .map(|t| (t.memory_gib * 1024.0) as u64);
+    if let (Some(reserve), Some(mib)) = (k.reserve_memory_mib, memory) {
+        resources["requests"]["memory"] =
+            json!(format!("{}Mi", mib.saturating_sub(reserve).max(64)));
     }
     if let Some(gpus) = group.gpus.filter(|g| *g > 0) {
         resources["limits"] = json!({ GPU_RESOURCE: gpus.to_string() });

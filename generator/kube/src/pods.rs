@@ -66,10 +66,21 @@ pub struct Container {
     pub args: Vec<String>,
     /// `env`, in order.
     pub env: Vec<EnvVar>,
-    /// Volume name → mount path.
-    pub mounts: Vec<(String, String)>,
+    /// Its volume mounts.
+    pub mounts: Vec<Mount>,
     /// The port of a gRPC readiness probe, if it has one.
     pub grpc_ready_port: Option<u16>,
+}
+
+/// One `volumeMounts` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mount {
+    /// The volume's name.
+    pub volume: String,
+    /// Where the container sees it.
+    pub path: String,
+    /// The folder of the volume mounted there (`subPath`); empty: all of it.
+    pub sub_path: String,
 }
 
 /// One `env` entry.
@@ -399,10 +410,15 @@ fn parse_container(c: &Value, at: &str) -> Result<Container, PodsError> {
             .into_iter()
             .flatten()
             .filter_map(|m| {
-                Some((
-                    m.get("name")?.as_str()?.to_owned(),
-                    m.get("mountPath")?.as_str()?.to_owned(),
-                ))
+                Some(Mount {
+                    volume: m.get("name")?.as_str()?.to_owned(),
+                    path: m.get("mountPath")?.as_str()?.to_owned(),
+                    sub_path: m
+                        .get("subPath")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                })
             })
             .collect(),
         grpc_ready_port: c

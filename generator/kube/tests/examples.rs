@@ -109,6 +109,105 @@ fn pods_that_ask_for_gpus_tolerate_gpu_node_taints_and_others_do_not() {
     }
 }
 
+/// The pytorch example (which keeps its outputs on a claim) with every other pod setting of
+/// `[kubernetes]` set, its objects checked as the API server would check them.
+fn with_pod_settings() -> hetgen_kube::Objects {
+    let path = repo().join("examples/pytorch/hetgen.toml");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "\n[kubernetes]\n",
+        "\n[kubernetes]\n\
+         tolerations = [{ key = \"dedicated\", value = \"ml\", effect = \"NoSchedule\" }]\n\
+         reserve = { cpu = 1.5, memory_gib = 2 }\n\
+         pod_annotations = { \"example.com/owner\" = \"vision\" }\n\
+         pod_labels = { team = \"vision\" }\n",
+    );
+    let job = hetgen_spec::check_file(&path, text.as_bytes())
+        .job
+        .expect("a valid spec");
+    let objects = hetgen_kube::objects(&job).unwrap();
+    let files: Vec<(PathBuf, String)> = objects
+        .files()
+        .into_iter()
+        .map(|(name, text)| (path.with_file_name(name), text))
+        .collect();
+    let found = hetgen_kube::validate::check(&files);
+    assert!(
+        found.is_empty(),
+        "{:?}",
+        found.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    objects
+}
+
+/// Every pod the controllers would make carries the spec's annotations and labels (and no
+/// mesh sidecar, which would keep it from completing); the trainer pods keep their model and
+/// checkpoints on the output claim.
+#[test]
+fn the_pods_carry_the_specs_metadata_and_the_trainers_its_output_claim() {
+    let objects = with_pod_settings();
+    let pods = hetgen_kube::pods::pods(&objects.runtime, &objects.trainjob).unwrap();
+    assert_eq!(pods.len(), 4);
+    for pod in &pods {
+        let (annotations, labels) = (&pod.annotations, &pod.labels);
+        assert_eq!(annotations["example.com/owner"], "vision", "{}", pod.name);
+        assert_eq!(labels["sidecar.istio.io/inject"], "false", "{}", pod.name);
+        assert_eq!(labels["team"], "vision", "{}", pod.name);
+        let outputs: Vec<_> = pod
+            .container
+            .mounts
+            .iter()
+            .filter(|m| m.volume == "outputs")
+            .map(|m| (m.path.as_str(), m.sub_path.as_str()))
+            .collect();
+        if pod.replicated_job == "node" {
+            assert_eq!(
+                outputs,
+                [
+                    ("/opt/ml/model", "pytorch-digits/model"),
+                    ("/opt/ml/checkpoints", "pytorch-digits/checkpoints")
+                ]
+            );
+            assert_eq!(pod.claims["outputs"], "digits-outputs");
+        } else {
+            assert_eq!(outputs, []);
+        }
+    }
+}
+
+/// Every pod tolerates the spec's taints and requests its instance type less the node's
+/// reserve.
+#[test]
+fn every_pod_tolerates_the_specs_taints_and_requests_its_instance_less_the_reserve() {
+    let objects = with_pod_settings();
+    for job in objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+    {
+        let pod = &job["template"]["spec"]["template"]["spec"];
+        let tolerations = pod["tolerations"].as_array().unwrap();
+        assert!(
+            tolerations.contains(&serde_json::json!(
+                { "key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule" }
+            )),
+            "{pod}"
+        );
+        // ml.c5.xlarge and ml.g5.xlarge: 4 vCPUs, 8 and 16 GiB.
+        let requests = &pod["containers"][0]["resources"]["requests"];
+        assert_eq!(requests["cpu"], "2500m", "{}", job["name"]);
+        let memory = if job["name"] == "node" {
+            "14336Mi"
+        } else {
+            "6144Mi"
+        };
+        assert_eq!(requests["memory"], memory, "{}", job["name"]);
+    }
+    // What Trainer fills the `node` pods from: the TrainJob's resources, reserve included.
+    assert_eq!(
+        objects.trainjob["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"],
+        "2500m"
+    );
+}
+
 /// The runtime's replicatedJobs of the pytorch example, its spec text edited by `edit`.
 fn pytorch_replicated_jobs(edit: impl FnOnce(String) -> String) -> Vec<serde_json::Value> {
     let path = repo().join("examples/pytorch/hetgen.toml");

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use hetgen_kube::pods::pods;
+use hetgen_kube::pods::{Mount, pods};
 
 fn job() -> hetgen_spec::Job {
     hetgen_fixtures::spec("py-script")
@@ -69,10 +69,11 @@ fn every_group_becomes_its_pods_with_trainer_s_torch_variables() {
     assert_eq!(data.container.grpc_ready_port, Some(16000));
     assert_eq!(
         data.container.mounts,
-        [(
-            "channel-training".to_owned(),
-            "/opt/ml/input/data/training".to_owned()
-        )]
+        [Mount {
+            volume: "channel-training".to_owned(),
+            path: "/opt/ml/input/data/training".to_owned(),
+            sub_path: String::new(),
+        }]
     );
     assert_eq!(data.claims["channel-training"], "py-script-training");
     let data_env = data.environment(&secrets).unwrap();

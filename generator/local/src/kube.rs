@@ -14,15 +14,19 @@
 //!   through the run's hosts file; a fresh token stands in for the job's Secret; a channel's
 //!   claim is the channel's `local_path`, mounted where the pod mounts the claim.
 //!
-//! Every pod starts at once: a trainer waits for its data servers as it does on SageMaker,
-//! where JobSet would hold it back until the data pods are `Ready`.
+//! Pods start in JobSet's order: a replicatedJob that `dependsOn` others being `Ready` (the
+//! trainer's `node`) starts once every pod of those answers its readiness probe, the data
+//! port's gRPC health check, SERVING (`supervise::ready`). So the trainers arrive as late as
+//! they would on a cluster, after every data pod has built its dataset.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use hetgen_env::{BASE_DIR_VAR, CODE_DIR_VAR, HOSTS_FILE_VAR, JOB_FILE_VAR};
 use hetgen_kube::pods::{Pod, pods};
 use hetgen_spec::Job;
+use hetgen_spec::data_port::{DATA_PORT_VAR, data_port_in};
 use hetgen_spec::kube::{IMAGE_LAUNCHER, TOKEN_KEY, token_secret};
 use hetgen_spec::model::{HOMOGENEOUS_GROUP, PROGRAM_VAR, Role};
 use serde_json::Value;
@@ -109,11 +113,17 @@ pub fn prepare(
     for (((pod, host), links), cpus) in pods.iter().zip(&hosts).zip(mounts).zip(cpu_sets) {
         let base = layout.host_dir(host);
         for dir in ["model", "output/data", "checkpoints", "input/data"] {
-            create_dir(&base.join(dir))?;
+            // A folder a volume is mounted at is the volume's.
+            if !links.iter().any(|l| l.link == base.join(dir)) {
+                create_dir(&base.join(dir))?;
+            }
         }
-        for (link, folder) in links {
+        for Link { link, folder, made } in links {
             if let Some(parent) = link.parent() {
                 create_dir(parent)?;
+            }
+            if made {
+                create_dir(&folder)?;
             }
             std::os::unix::fs::symlink(&folder, &link).map_err(|source| LocalError::Write {
                 path: link.clone(),
@@ -130,6 +140,7 @@ pub fn prepare(
         let argv = pod.argv(&pod_env);
         env.extend(pod_env);
         env.extend(options.env.iter().cloned());
+        probe_matches_port(pod, &env)?;
         let Some((program, args)) = argv.split_first() else {
             return Err(kube_error(format!(
                 "pod {}: its container has no command, and a local run cannot read the image's entry point",
@@ -148,6 +159,7 @@ pub fn prepare(
             base_dir: base,
             cpus,
             hosts_binding: None,
+            waits_for: waits_for(&pods, &hosts, pod)?,
         });
     }
     Ok(LocalJob {
@@ -156,9 +168,51 @@ pub fn prepare(
         commands,
         launcher,
         limits: options.limits,
-        notes: vec![
-            "every pod starts at once: JobSet would start the trainer pods once the data pods are Ready".to_owned(),
-        ],
+        notes: Vec::new(),
+    })
+}
+
+/// The addresses `pod` waits for before it starts: the readiness probe of every pod of each
+/// replicatedJob it `dependsOn` being `Ready`. A pod without a readiness probe is Ready once it
+/// runs, so it is not waited for.
+fn waits_for(pods: &[Pod], hosts: &[Host], pod: &Pod) -> Result<Vec<SocketAddr>, LocalError> {
+    let mut addresses = Vec::new();
+    for (replicated_job, status) in &pod.depends_on {
+        if status != "Ready" {
+            return Err(LocalError::Kube {
+                message: format!(
+                    "pod {}: dependsOn `{replicated_job}` with status `{status}`: a local run starts pods in the order `Ready` asks for only (hetgen renders no other)",
+                    pod.name
+                ),
+            });
+        }
+        for (other, host) in pods.iter().zip(hosts) {
+            if &other.replicated_job == replicated_job
+                && let Some(port) = other.container.grpc_ready_port
+            {
+                addresses.push(SocketAddr::new(IpAddr::V4(host.address), port));
+            }
+        }
+    }
+    Ok(addresses)
+}
+
+/// A pod's readiness probe must ask the port its data server listens on (by the rule the
+/// server reads it with, `hetgen_spec::data_port`), or it is never Ready and the pods that
+/// wait for it never start. The objects keep the two together; `--env` could pull them apart.
+fn probe_matches_port(pod: &Pod, env: &BTreeMap<String, String>) -> Result<(), LocalError> {
+    let Some(probe) = pod.container.grpc_ready_port else {
+        return Ok(());
+    };
+    let port = data_port_in(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    if port == probe {
+        return Ok(());
+    }
+    Err(LocalError::Kube {
+        message: format!(
+            "pod {}: its data server would listen on port {port} ({DATA_PORT_VAR}) while its readiness probe asks port {probe}, so it would never be Ready and the pods that wait for it would never start; set {DATA_PORT_VAR} in the spec's [kubernetes] environment, which moves both",
+            pod.name
+        ),
     })
 }
 
@@ -185,41 +239,63 @@ fn host_of(job: &Job, pod: &Pod, block: std::net::Ipv4Addr, i: usize) -> Host {
     }
 }
 
-/// `(link in the pod's folder, the local folder it stands for)` for each volume the pod mounts.
+/// A volume a pod mounts, as this machine stands in for it.
+struct Link {
+    /// Where the pod sees it, in the pod's folder.
+    link: PathBuf,
+    /// The local folder that stands for the volume (or its `subPath`).
+    folder: PathBuf,
+    /// Whether the run makes the folder: a claim of the run's own (the output claim), which
+    /// starts empty, as against a channel's folder, which must be there.
+    made: bool,
+}
+
+/// Where each volume the pod mounts is: a channel's claim is the channel's folder, the output
+/// claim a folder of the run (`claims/<claim>`).
 fn pod_mounts(
     k: &hetgen_spec::model::Kubernetes,
     pod: &Pod,
     layout: &Layout,
-) -> Result<Vec<(PathBuf, PathBuf)>, LocalError> {
+) -> Result<Vec<Link>, LocalError> {
     let host_dir = crate::RunDir::at(&layout.job_dir).host_dir(&pod.name);
     pod.container
         .mounts
         .iter()
-        .map(|(volume, mount)| {
+        .map(|mount| {
+            let (volume, path) = (&mount.volume, &mount.path);
             let mount_error = |why: String| LocalError::Kube {
-                message: format!("pod {}: volume `{volume}` at `{mount}`: {why}", pod.name),
+                message: format!("pod {}: volume `{volume}` at `{path}`: {why}", pod.name),
             };
             let claim = pod
                 .claims
                 .get(volume)
                 .ok_or_else(|| mount_error("no PersistentVolumeClaim volume of that name".into()))?;
-            let channel = k
-                .claims
-                .iter()
-                .find(|(_, c)| *c == claim)
-                .map(|(channel, _)| channel)
-                .ok_or_else(|| {
-                    mount_error(format!(
-                        "claim `{claim}` is no channel's claim in the spec, so no local folder stands for it"
-                    ))
-                })?;
-            let folder = layout
-                .channels
-                .iter()
-                .find(|c| &c.channel.name == channel)
-                .map(|c| c.folder.clone())
-                .expect("local_channels has every channel of the job");
-            let relative = Path::new(mount)
+            let channel = k.claims.iter().find(|(_, c)| *c == claim).map(|(channel, _)| channel);
+            let (volume_folder, made) = match channel {
+                Some(channel) => (
+                    layout
+                        .channels
+                        .iter()
+                        .find(|c| &c.channel.name == channel)
+                        .map(|c| c.folder.clone())
+                        .expect("local_channels has every channel of the job"),
+                    false,
+                ),
+                None if k.output_claim.as_ref() == Some(claim) => {
+                    (layout.job_dir.join("claims").join(claim), true)
+                }
+                None => {
+                    return Err(mount_error(format!(
+                        "claim `{claim}` is neither a channel's claim nor the output claim in the spec, so no local folder stands for it"
+                    )));
+                }
+            };
+            let folder = if mount.sub_path.is_empty() {
+                volume_folder
+            } else {
+                volume_folder.join(&mount.sub_path)
+            };
+            let relative = Path::new(path)
                 .strip_prefix(IMAGE_BASE)
                 .ok()
                 .filter(|r| !r.as_os_str().is_empty())
@@ -228,7 +304,11 @@ fn pod_mounts(
                         "a local run places volumes under {IMAGE_BASE}, the pod's folder"
                     ))
                 })?;
-            Ok((host_dir.join(relative), folder))
+            Ok(Link {
+                link: host_dir.join(relative),
+                folder,
+                made,
+            })
         })
         .collect()
 }

@@ -354,6 +354,7 @@ fn host_commands(
                 base_dir: layout.host_dir(host),
                 cpus,
                 hosts_binding: binding.clone(),
+                waits_for: Vec::new(),
             })
         })
         .collect()

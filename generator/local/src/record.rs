@@ -47,7 +47,8 @@ pub struct HostRecord {
     /// its keys stand beside the others.
     #[serde(flatten)]
     pub host: Host,
-    /// Its process id.
+    /// Its process id; 0 for a host that never started (it waited for others to be Ready when
+    /// the job ended).
     pub pid: u32,
     /// Cores it was pinned to; `None` when it could use all.
     pub cpus: Option<Vec<usize>>,

@@ -13,6 +13,7 @@
 //! writes, so everything downstream runs unchanged. The renderer, the local twin
 //! (`hetgen deploy --local --engine kubeflow`) and the runtime all take the names from here.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Kubeflow Trainer's API group and version, as the pinned release (v2.3.0) serves them.
@@ -129,3 +130,57 @@ mod tests {
         assert_eq!(node_instance_type("ml.c5.xlarge"), "c5.xlarge");
     }
 }
+
+/// A toleration of every pod of the job (`[kubernetes] tolerations`), written as a pod spec
+/// writes it, so that it reads the same in the spec and in the rendered objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Toleration {
+    /// The taint's key. None, with `operator = "Exists"`, tolerates every taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `"Equal"` (the default: the taint's value is `value`) or `"Exists"` (any value).
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    /// The taint's value, with `operator = "Equal"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The taint's effect: `"NoSchedule"`, `"PreferNoSchedule"` or `"NoExecute"`. None
+    /// tolerates every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+}
+
+/// How a [`Toleration`] matches a taint's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TolerationOperator {
+    /// The taint's value must be the toleration's.
+    #[default]
+    Equal,
+    /// Any value.
+    Exists,
+}
+
+/// What a taint keeps off a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TaintEffect {
+    /// New pods are not scheduled there.
+    NoSchedule,
+    /// New pods are scheduled there only when nothing else fits.
+    PreferNoSchedule,
+    /// Pods already there are evicted too.
+    NoExecute,
+}
+
+/// The folders a trainer pod keeps on `[kubernetes] output_claim`, each mounted where the
+/// script finds it (`/opt/ml/<folder>`) from the claim's `<job>/<folder>`.
+pub const OUTPUT_FOLDERS: [&str; 2] = ["model", "checkpoints"];
+
+/// Label and annotation prefixes the objects' controllers own: a spec must not set keys under
+/// them on the pods.
+pub const CONTROLLER_PREFIXES: [&str; 4] = [
+    "hetgen.io/",
+    "jobset.sigs.k8s.io/",
+    "batch.kubernetes.io/",
+    "trainer.kubeflow.org/",
+];

@@ -660,4 +660,16 @@ pub struct Kubernetes {
     pub claims: BTreeMap<String, String>,
     /// Environment for every pod.
     pub environment: BTreeMap<String, String>,
+    /// Tolerations of every pod, beside the GPU one hetgen adds.
+    pub tolerations: Vec<crate::kube::Toleration>,
+    /// Thousandths of a vCPU each node keeps from the pods (1000 by default).
+    pub reserve_millicpu: u32,
+    /// MiB of memory each node keeps from the pods; `None`: the pods request no memory.
+    pub reserve_memory_mib: Option<u64>,
+    /// Annotations of every pod.
+    pub pod_annotations: BTreeMap<String, String>,
+    /// Labels of every pod, beside JobSet's and hetgen's.
+    pub pod_labels: BTreeMap<String, String>,
+    /// The claim that keeps the trainer pods' model and checkpoints.
+    pub output_claim: Option<String>,
 }

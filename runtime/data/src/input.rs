@@ -174,6 +174,7 @@ steps = 10
             hyperparameters: BTreeMap::new(),
             channels: BTreeMap::new(),
             channel_dirs: BTreeMap::new(),
+            kubernetes: false,
         }
     }
 

@@ -172,6 +172,7 @@ pub fn run_data_role(
     let _ = runtime.block_on(answering);
     let mut config = ServerConfig::new(env.host().to_owned(), token, &*engine);
     config.trainer_hosts = trainer_hosts(job, env);
+    config.watch_from_start = !env.kubernetes;
     config.peers = data_hosts(job, env)
         .into_iter()
         .filter(|h| h != env.host())

@@ -404,6 +404,32 @@ fn the_watchdog_stops_a_server_nobody_talks_to() {
     assert_eq!(reason, StopReason::Watchdog(Duration::from_millis(600)));
 }
 
+/// On Kubernetes the trainer pods are created only once every data pod is Ready, however long
+/// their nodes take to come: a server waits for its first trainer past its watchdog, and the
+/// watchdog runs from that trainer's contact on.
+#[test]
+fn where_trainers_start_later_the_watchdog_counts_from_the_first_trainer() {
+    let job = job();
+    let watchdog = Duration::from_millis(400);
+    let server = TestServer::start(&job, "algo-1", |c| {
+        c.watchdog = watchdog;
+        c.watch_from_start = false;
+    });
+    assert!(
+        server.stopped_within(watchdog * 4).is_none(),
+        "no trainer yet: the server waits for the first"
+    );
+    {
+        let client = connect(&job, &hosts(&[&server]));
+        let mut stream = client.stream(input(&job, &client, 1, false), None);
+        stream.next_batch().unwrap().unwrap();
+    }
+    let reason = server
+        .stopped_within(Duration::from_secs(5))
+        .expect("the watchdog fired once the trainer went silent");
+    assert_eq!(reason, StopReason::Watchdog(watchdog));
+}
+
 /// A stream of all 600 samples, one per batch: long enough that a stop always cuts it short.
 fn long_shard(trainer: &str, shard: u32) -> ShardRequest {
     ShardRequest {

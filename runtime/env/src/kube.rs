@@ -79,6 +79,7 @@ pub(crate) fn load(paths: Paths, var: &impl Fn(&str) -> Option<String>) -> Resul
         hyperparameters: BTreeMap::new(),
         channels,
         channel_dirs,
+        kubernetes: true,
     })
 }
 

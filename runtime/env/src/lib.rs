@@ -284,6 +284,10 @@ pub struct Env {
     pub channels: BTreeMap<String, ChannelConfig>,
     /// Local folder of every channel delivered to this host.
     pub channel_dirs: BTreeMap<String, PathBuf>,
+    /// Whether this is a pod of a Kubernetes job ([`kube`]) rather than a SageMaker instance.
+    /// The two start differently: SageMaker starts every instance at once, JobSet starts the
+    /// trainer pods only once every data pod is Ready.
+    pub kubernetes: bool,
 }
 
 impl Env {
@@ -349,6 +353,7 @@ impl Env {
             hyperparameters,
             channels,
             channel_dirs,
+            kubernetes: false,
         })
     }
 

@@ -522,6 +522,7 @@ mod tests {
             hyperparameters: BTreeMap::new(),
             channels: BTreeMap::new(),
             channel_dirs: BTreeMap::new(),
+            kubernetes: false,
         }
     }
 

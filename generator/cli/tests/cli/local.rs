@@ -164,6 +164,63 @@ fn deploy_local_runs_the_tiny_example_as_its_kubeflow_pods() {
     assert_eq!(record["summary"]["steps"], 60);
     assert!(err.contains("demo-data-group-0-1.demo"), "{err}");
     assert!(processes_in(&job_dir).is_empty());
+    // JobSet's order: the trainer pod starts once every data pod answers SERVING.
+    let line_of = |pod: &str, text: &str| {
+        err.lines()
+            .position(|l| l.starts_with(&format!("[{pod} ")) && l.contains(text))
+            .unwrap_or_else(|| panic!("no `{text}` from {pod} in: {err}"))
+    };
+    let trainer_started = line_of("demo-node-0-0", "started, pid");
+    for pod in ["demo-data-group-0-0", "demo-data-group-0-1"] {
+        assert!(
+            line_of(pod, "data server listening") < trainer_started,
+            "{err}"
+        );
+    }
+
+    late_trainer_node_still_finds_its_data_servers(
+        root.path(),
+        &dir,
+        record["launcher"].as_str().unwrap(),
+    );
+}
+
+/// A trainer node that comes long after the data servers' watchdog (as a GPU node scaled up
+/// for the job does): the servers wait for their first trainer, and the job completes. The
+/// stand-in image's launcher takes 3 s to start on the trainer's node.
+fn late_trainer_node_still_finds_its_data_servers(root: &Path, dir: &Path, launcher: &str) {
+    let slow = root.join("slow-node-launcher");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nif [ \"$HETGEN_KUBE_GROUP\" = dnn_group ]; then sleep 3; fi\nexec '{launcher}' \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let late_dir = root.join("late");
+    let out = hetgen(
+        &[
+            "deploy",
+            "--local",
+            "--engine",
+            "kubeflow",
+            "--launcher",
+            slow.to_str().unwrap(),
+            "--env",
+            "HETGEN_WATCHDOG_S=1",
+            "--job-dir",
+            late_dir.to_str().unwrap(),
+        ],
+        dir,
+    );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert!(!err.contains("watchdog"), "{err}");
+    let record = read_json(&late_dir.join("job-record.json"));
+    assert_eq!(record["status"], "Completed", "{record:#}");
+    assert_eq!(record["summary"]["steps"], 60);
+    assert!(processes_in(&late_dir).is_empty());
 }
 
 #[test]

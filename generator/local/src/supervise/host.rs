@@ -28,6 +28,8 @@ pub(super) enum Event {
     Eof,
     /// Host `i`'s process exited, at that moment.
     Exited(usize, std::io::Result<ExitStatus>, Instant),
+    /// Every address host `i` waits for answered SERVING: it may start.
+    Ready(usize),
 }
 
 /// When a line was read, and where it ended in its stream.

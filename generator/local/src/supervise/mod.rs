@@ -13,10 +13,15 @@
 //! container ends with its entry point, taking every process it started along. That is what
 //! makes "no process left behind" hold even for hosts whose children outlive them.
 //!
-//! Its rooms: `host` starts one host's process and reads its output, `run` watches the hosts and
-//! ends the job, and this module holds what callers see.
+//! A host may wait for others to be Ready before it starts (a Kubernetes trainer pod for its
+//! data pods, [`HostCommand::waits_for`]); should the job end first, it never starts.
+//!
+//! Its rooms: `host` starts one host's process and reads its output, `ready` watches for the
+//! moment a waiting host may start, `run` watches the hosts and ends the job, and this module
+//! holds what callers see.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -30,6 +35,7 @@ use crate::Step;
 use crate::layout::Host;
 
 mod host;
+mod ready;
 mod run;
 
 /// What to run for one host.
@@ -49,6 +55,10 @@ pub struct HostCommand {
     pub cpus: Option<Vec<usize>>,
     /// A hosts file the host sees as `/etc/hosts` (in a mount namespace of its own).
     pub hosts_binding: Option<crate::framework::HostsBinding>,
+    /// Addresses whose gRPC health service must answer SERVING before this host starts, as
+    /// JobSet holds a replicatedJob back until those it `dependsOn` are Ready (`ready`);
+    /// empty: it starts with the run.
+    pub waits_for: Vec<SocketAddr>,
 }
 
 impl HostCommand {
@@ -100,7 +110,8 @@ pub enum Stream {
 /// How one host's process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Exit {
-    /// The process id (also its process group id).
+    /// The process id (also its process group id); 0 for a host that never started (it was
+    /// waiting for others to be Ready when the job ended).
     pub pid: u32,
     /// Its exit code, when it exited.
     pub exit_code: Option<i32>,
@@ -215,8 +226,11 @@ pub fn supervise(
     // told of a start) must stop the job, not be counted as already seen.
     let stops_seen = stop.count();
     let started_at = Instant::now();
-    let (hosts, events) = run::start_hosts(commands, observer)?;
-    let mut run = run::Run::new(commands, hosts, limits, started_at, stops_seen);
+    let (tx, events) = std::sync::mpsc::channel();
+    let hosts = run::start_hosts(commands, &tx, observer)?;
+    // Ends with this function, whether or not every waiting host got to start.
+    let _probes = ready::Probes::start(commands, tx.clone());
+    let mut run = run::Run::new(commands, hosts, tx, limits, started_at, stops_seen);
     run.watch(&events, stop, observer);
     Ok(run.finish(start))
 }

@@ -1,7 +1,7 @@
 //! Watching the hosts until the job ends, and ending it as SageMaker does.
 
 use std::process::ExitStatus;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
 use hetgen_env::process::Signal;
@@ -16,17 +16,55 @@ const POLL: Duration = Duration::from_millis(50);
 /// host's process group can still hold a pipe open, and it must not hang the run.
 const DRAIN: Duration = Duration::from_secs(2);
 
+/// A host of the run, started or waiting to be.
 pub(super) struct Running {
-    pid: u32,
-    started: Instant,
+    /// Its process, once started: a host that waits for others to be Ready has none yet.
+    process: Option<Process>,
     exit: Option<Exit>,
-    /// Its stdout and stderr, as far as they were written.
-    taps: [Tap; 2],
     /// How far its stdout and stderr were written when the job's stop sent it SIGTERM: what
     /// it wrote after may be the stop's doing, not a failure of its own.
     stopped_at: Option<[u64; 2]>,
     /// When the host's output first showed a Python traceback: its script raised then.
     raised: Option<Raised>,
+}
+
+/// A started host's process.
+struct Process {
+    pid: u32,
+    started: Instant,
+    /// Its stdout and stderr, as far as they were written.
+    taps: [Tap; 2],
+}
+
+impl Running {
+    fn started(pid: u32, taps: [Tap; 2]) -> Running {
+        Running {
+            process: Some(Process {
+                pid,
+                started: Instant::now(),
+                taps,
+            }),
+            exit: None,
+            stopped_at: None,
+            raised: None,
+        }
+    }
+
+    fn waiting() -> Running {
+        Running {
+            process: None,
+            exit: None,
+            stopped_at: None,
+            raised: None,
+        }
+    }
+
+    /// Signals its process group, if it has started.
+    fn signal(&self, signal: Signal) {
+        if let Some(p) = &self.process {
+            kill_group(p.pid, signal);
+        }
+    }
 }
 
 /// A Python traceback in a host's output.
@@ -101,42 +139,42 @@ impl Ending {
     }
 }
 
-/// Starts one process per host. Should one not start, those already started are killed.
+/// Starts one process per host, except for those that wait for others to be Ready. Should
+/// one not start, those already started are killed.
 pub(super) fn start_hosts(
     commands: &[HostCommand],
+    tx: &Sender<Event>,
     observer: &mut dyn Observer,
-) -> Result<(Vec<Running>, Receiver<Event>), LocalError> {
-    let (tx, rx) = mpsc::channel();
+) -> Result<Vec<Running>, LocalError> {
     let mut hosts: Vec<Running> = Vec::with_capacity(commands.len());
     for (i, command) in commands.iter().enumerate() {
-        match spawn(i, command, &tx) {
+        if !command.waits_for.is_empty() {
+            hosts.push(Running::waiting());
+            continue;
+        }
+        match spawn(i, command, tx) {
             Ok((pid, taps)) => {
                 observer.started(&command.host, pid);
-                hosts.push(Running {
-                    pid,
-                    started: Instant::now(),
-                    exit: None,
-                    taps,
-                    stopped_at: None,
-                    raised: None,
-                });
+                hosts.push(Running::started(pid, taps));
             }
             Err(e) => {
                 // Those already started must not outlive a run that never began.
                 for h in &hosts {
-                    kill_group(h.pid, Signal::KILL);
+                    h.signal(Signal::KILL);
                 }
                 return Err(e);
             }
         }
     }
-    Ok((hosts, rx))
+    Ok(hosts)
 }
 
 /// A run in progress: its hosts and where their stop stands.
 pub(super) struct Run<'a> {
     commands: &'a [HostCommand],
     hosts: Vec<Running>,
+    /// Where a host started later sends its events.
+    tx: Sender<Event>,
     limits: Limits,
     /// When the max runtime passes; `None` without one (or one too far off to be an `Instant`).
     deadline: Option<Instant>,
@@ -155,6 +193,7 @@ impl<'a> Run<'a> {
     pub(super) fn new(
         commands: &'a [HostCommand],
         hosts: Vec<Running>,
+        tx: Sender<Event>,
         limits: Limits,
         started_at: Instant,
         stops_seen: usize,
@@ -162,6 +201,7 @@ impl<'a> Run<'a> {
         Run {
             commands,
             hosts,
+            tx,
             limits,
             // A limit too far off to be an `Instant` is no limit (checked: it is the user's
             // number).
@@ -206,10 +246,12 @@ impl<'a> Run<'a> {
                 }
                 Ok(Event::Eof) => self.open_streams -= 1,
                 Ok(Event::Exited(i, status, at)) => self.exited(i, status, at, observer),
+                Ok(Event::Ready(i)) => self.start(i, observer),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
             self.look_at_stop_requests(stop, observer);
+            self.look_at_waiting_hosts(observer);
             if self.ending.is_none()
                 && let Some(limit) = self.limits.max_runtime
                 && self.deadline.is_some_and(|d| Instant::now() >= d)
@@ -219,7 +261,7 @@ impl<'a> Run<'a> {
             if !self.killed && self.kill_at.is_some_and(|t| Instant::now() >= t) {
                 self.killed = true;
                 for h in self.hosts.iter().filter(|h| h.exit.is_none()) {
-                    kill_group(h.pid, Signal::KILL);
+                    h.signal(Signal::KILL);
                 }
             }
         }
@@ -250,8 +292,9 @@ impl<'a> Run<'a> {
         let command = &self.commands[i];
         let h = &mut self.hosts[i];
         // The container ends with its entry point: nothing it started survives it.
-        kill_group(h.pid, Signal::KILL);
-        let exit = to_exit(h.pid, status, at.duration_since(h.started));
+        h.signal(Signal::KILL);
+        let (pid, started) = h.process.as_ref().map_or((0, at), |p| (p.pid, p.started));
+        let exit = to_exit(pid, status, at.duration_since(started));
         observer.exited(&command.host, &exit);
         let failed = self.ending.is_none() && !exit.success();
         let reason = failed.then(|| failure_reason(command, &exit));
@@ -259,6 +302,50 @@ impl<'a> Run<'a> {
         if let Some(reason) = reason {
             self.end(Ending::Failed(reason), observer);
         }
+    }
+
+    /// Host `i`, which waited, may start now: unless the job is ending.
+    fn start(&mut self, i: usize, observer: &mut dyn Observer) {
+        if self.ending.is_some() || self.hosts[i].process.is_some() {
+            return;
+        }
+        let command = &self.commands[i];
+        match spawn(i, command, &self.tx) {
+            Ok((pid, taps)) => {
+                observer.started(&command.host, pid);
+                self.hosts[i] = Running::started(pid, taps);
+            }
+            Err(e) => self.end(
+                Ending::Failed(format!("{}: {e}", command.host.name)),
+                observer,
+            ),
+        }
+    }
+
+    /// Hosts that wait for others which have all exited would wait for ever: the job fails,
+    /// naming them.
+    fn look_at_waiting_hosts(&mut self, observer: &mut dyn Observer) {
+        if self.ending.is_some()
+            || self.hosts.iter().all(|h| h.process.is_some())
+            || self
+                .hosts
+                .iter()
+                .any(|h| h.process.is_some() && h.exit.is_none())
+        {
+            return;
+        }
+        let waiting: Vec<&str> = self
+            .hosts
+            .iter()
+            .zip(self.commands)
+            .filter(|(h, _)| h.process.is_none())
+            .map(|(_, c)| c.host.name.as_str())
+            .collect();
+        let reason = format!(
+            "{} never started: every host it waited for to be Ready (to answer the data port's health check SERVING) exited first",
+            waiting.join(", ")
+        );
+        self.end(Ending::Failed(reason), observer);
     }
 
     /// A stop request ends the job; a second one does not wait out the grace period.
@@ -281,8 +368,22 @@ impl<'a> Run<'a> {
         observer.stopping(&ending.reason());
         self.ending = Some(ending);
         for h in self.hosts.iter_mut().filter(|h| h.exit.is_none()) {
-            h.stopped_at = Some(h.taps.each_ref().map(Tap::written));
-            kill_group(h.pid, Signal::TERM);
+            match &h.process {
+                Some(p) => {
+                    h.stopped_at = Some(p.taps.each_ref().map(Tap::written));
+                    kill_group(p.pid, Signal::TERM);
+                }
+                // It never starts, and has no output to wait for.
+                None => {
+                    h.exit = Some(Exit {
+                        pid: 0,
+                        exit_code: None,
+                        signal: None,
+                        duration: Duration::ZERO,
+                    });
+                    self.open_streams -= 2;
+                }
+            }
         }
         self.kill_at = Instant::now().checked_add(self.limits.grace);
     }
@@ -311,7 +412,7 @@ impl<'a> Run<'a> {
     pub(super) fn finish(mut self, start: SystemTime) -> Outcome {
         // Belt and braces: every group is gone already, unless the watch ended by disconnection.
         for h in &self.hosts {
-            kill_group(h.pid, Signal::KILL);
+            h.signal(Signal::KILL);
         }
         if matches!(self.ending, Some(Ending::Failed(_)))
             && let Some(reason) = self.root_cause()
@@ -331,10 +432,13 @@ impl<'a> Run<'a> {
             .into_iter()
             .map(|h| {
                 h.exit.unwrap_or(Exit {
-                    pid: h.pid,
+                    pid: h.process.as_ref().map_or(0, |p| p.pid),
                     exit_code: None,
                     signal: None,
-                    duration: h.started.elapsed(),
+                    duration: h
+                        .process
+                        .as_ref()
+                        .map_or(Duration::ZERO, |p| p.started.elapsed()),
                 })
             })
             .collect();

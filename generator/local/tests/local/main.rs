@@ -223,8 +223,10 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Every live process that is in one of the process groups `pgids` or has the job's token in its
-/// environment (what every process of the job inherits, wherever it moved).
+/// environment (what every process of the job inherits, wherever it moved). A pid of 0 is a host
+/// that never started, with no group of its own.
 pub fn job_processes(pgids: &[u32], token: &str) -> Vec<u32> {
+    let pgids: Vec<u32> = pgids.iter().copied().filter(|p| *p != 0).collect();
     let needle = format!("HETGEN_JOB_TOKEN={token}\0").into_bytes();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {

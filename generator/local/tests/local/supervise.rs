@@ -747,3 +747,82 @@ exit 3
         );
     }
 }
+
+/// A host that waits for others to be Ready (a Kubernetes trainer pod for its data pods) and
+/// whose data hosts all exit before any was: it never starts, and the job fails naming it
+/// instead of waiting for ever.
+#[test]
+fn a_host_whose_dependencies_exit_before_they_are_ready_never_starts_and_the_job_fails() {
+    let (_dir, mut local) = tiny("exit 0", limits(20.0, 1.0));
+    // Nothing answers a health check there: the data hosts exit without ever being Ready.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let i = local
+        .commands
+        .iter()
+        .position(|c| c.host.group == "dnn_group")
+        .unwrap();
+    local.commands[i].waits_for = vec![nowhere];
+    let trainer = local.commands[i].host.name.clone();
+    let mut seen = Seen::default();
+    let started = Instant::now();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    assert_status(&record, Status::Failed, &seen);
+    let reason = record.failure_reason.clone().unwrap();
+    assert!(
+        reason.starts_with(&format!("{trainer} never started")),
+        "{reason}"
+    );
+    assert!(seen.started.iter().all(|(h, _)| *h != trainer), "{seen:?}");
+    let host = record
+        .hosts
+        .iter()
+        .find(|h| h.host.name == trainer)
+        .unwrap();
+    assert_eq!((host.pid, host.exit_code, host.signal), (0, None, None));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// A host still waiting when the job fails never starts.
+#[test]
+fn a_waiting_host_does_not_start_once_the_job_is_failing() {
+    let body = r#"
+if [ "$SM_CURRENT_INSTANCE_GROUP" = data_group ]; then
+  sleep 0.3
+  exit 4
+fi
+exit 0
+"#;
+    let (_dir, mut local) = tiny(body, limits(20.0, 1.0));
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for c in local
+        .commands
+        .iter_mut()
+        .filter(|c| c.host.group == "dnn_group")
+    {
+        c.waits_for = vec![nowhere];
+    }
+    let mut seen = Seen::default();
+    let record = run(&local, &StopRequests::new(), &mut seen);
+    assert_status(&record, Status::Failed, &seen);
+    assert!(
+        record
+            .failure_reason
+            .as_deref()
+            .unwrap()
+            .contains("exit code 4"),
+        "{:?}",
+        record.failure_reason
+    );
+    let trainer = record
+        .hosts
+        .iter()
+        .find(|h| h.host.group == "dnn_group")
+        .unwrap();
+    assert_eq!(trainer.pid, 0, "{trainer:?}");
+}

@@ -132,11 +132,19 @@ pub(super) fn kubernetes(
             );
         }
     }
-    ok.then_some(Kubernetes {
+    let pods = super::kube_pods::pod_settings(ctx, k, groups);
+    let pods = pods.filter(|_| ok)?;
+    Some(Kubernetes {
         image: k.image.clone(),
         namespace,
         claims,
         environment,
+        tolerations: pods.tolerations,
+        reserve_millicpu: pods.reserve_millicpu,
+        reserve_memory_mib: pods.reserve_memory_mib,
+        pod_annotations: pods.pod_annotations,
+        pod_labels: pods.pod_labels,
+        output_claim: pods.output_claim,
     })
 }
 
@@ -227,7 +235,7 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
 }
 
 /// An RFC 1123 subdomain, as Kubernetes requires of most object names.
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253
         && s.split('.').all(|part| {
             let b = part.as_bytes();

@@ -3,6 +3,7 @@
 //! [`Job`] when all parts resolved.
 
 mod cluster;
+mod kube_pods;
 mod kubernetes;
 mod pipeline;
 mod sagemaker;

@@ -31,6 +31,14 @@ pub struct ServerConfig {
     pub token: String,
     /// Exit after this long without hearing from any trainer.
     pub watchdog: Duration,
+    /// Whether the watchdog also runs before the first trainer is heard from. Where every
+    /// host starts at once (SageMaker, a local run), trainers that have not called within the
+    /// watchdog never will. On Kubernetes the trainer pods are created only once every data
+    /// pod is Ready, and GPU node provisioning, an image pull and the launcher's start take as
+    /// long as they take: there the watchdog starts at the first trainer's contact, and a job
+    /// that ends before any trainer called ends its data pods itself (JobSet deletes the
+    /// active Jobs of a finished JobSet).
+    pub watch_from_start: bool,
     /// Shards a trainer may stream from this server at once.
     pub max_inflight_shards: u32,
     /// Shard streams one trainer may hold open at once; more are refused. Above
@@ -92,6 +100,7 @@ impl ServerConfig {
             server_id,
             token,
             watchdog: Duration::from_secs(120),
+            watch_from_start: true,
             max_inflight_shards,
             max_streams_per_trainer,
             max_unacked_per_trainer: 4096,

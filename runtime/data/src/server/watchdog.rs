@@ -38,7 +38,9 @@ async fn any_peer_answers(peers: &[(String, u16)]) -> bool {
     false
 }
 
-/// Every 200 ms: stop the server when no trainer has been heard from for the watchdog's time,
+/// Every 200 ms: stop the server when no trainer has been heard from for the watchdog's time
+/// (counted from the first trainer's contact where the trainers start later,
+/// [`ServerConfig::watch_from_start`](super::ServerConfig::watch_from_start)),
 /// log the counters every `log_every`, and give memory back once a peak has passed (the
 /// allocator keeps freed batches for speed, [`hetgen_pipeline::tune_allocator`]).
 pub(super) async fn watchdog(shared: Arc<Shared>) {
@@ -49,7 +51,7 @@ pub(super) async fn watchdog(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(Duration::from_millis(200).min(limit)).await;
         let silent = shared.silent_for();
-        if silent > limit {
+        if silent > limit && (shared.config.watch_from_start || shared.heard_from_trainers()) {
             shared.request_stop(StopReason::Watchdog(limit));
             return;
         }
