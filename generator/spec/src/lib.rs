@@ -20,6 +20,7 @@ pub mod diagnostic;
 pub mod duration;
 pub mod framework;
 pub mod kube;
+pub mod kube_names;
 pub mod model;
 pub mod raw;
 mod rules;

@@ -202,20 +202,9 @@ fn index(var: &impl Fn(&str) -> Option<String>, own: &KubeGroup) -> Result<u32, 
     }
 }
 
-/// A DNS label (RFC 1123, as Kubernetes names one): 1 to 63 lower-case letters, digits and
-/// `-`, starting and ending with a letter or digit.
+/// A DNS-1123 label, as Kubernetes names a JobSet and its pods.
 fn is_dns_label(name: &str) -> bool {
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let bytes = name.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(&first), Some(&last)) => {
-            bytes.len() <= 63
-                && alnum(first)
-                && alnum(last)
-                && bytes.iter().all(|&c| alnum(c) || c == b'-')
-        }
-        _ => false,
-    }
+    hetgen_spec::kube_names::dns1123_label(name).is_none()
 }
 
 #[cfg(test)]

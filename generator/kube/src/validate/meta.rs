@@ -1,9 +1,7 @@
 //! The top-level `metadata` of an object, checked as the API server's `ValidateObjectMeta` does:
 //! the CRD schemas say only `type: object` there, and leave the rest to the server.
 
-use std::sync::LazyLock;
-
-use regex::Regex;
+use hetgen_spec::kube_names::{dns1123_label, dns1123_subdomain, label_value, qualified_name};
 use serde_json::Value;
 
 use super::yaml::child;
@@ -30,79 +28,6 @@ const FIELDS: [&str; 15] = [
 
 /// The most bytes all annotations of one object may take, keys and values together.
 const MAX_ANNOTATIONS: usize = 256 * 1024;
-
-const DNS1123_LABEL: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-
-static LABEL: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(&format!("^{DNS1123_LABEL}$")).expect("a valid regex"));
-static SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(r"^{DNS1123_LABEL}(\.{DNS1123_LABEL})*$")).expect("a valid regex")
-});
-static QUALIFIED: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new("^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").expect("a valid regex")
-});
-
-/// Why `s` is not a DNS-1123 label (at most 63 characters, lowercase alphanumerics and `-`,
-/// starting and ending alphanumeric), or `None` if it is one.
-pub(crate) fn dns1123_label(s: &str) -> Option<String> {
-    if s.len() > 63 {
-        Some(format!("is {} characters long, more than 63", s.len()))
-    } else if !LABEL.is_match(s) {
-        Some("must consist of lowercase letters, digits and `-`, and start and end with a letter or digit".into())
-    } else {
-        None
-    }
-}
-
-/// Why `s` is not a DNS-1123 subdomain (at most 253 characters, dot-separated labels).
-pub(crate) fn dns1123_subdomain(s: &str) -> Option<String> {
-    if s.len() > 253 {
-        Some(format!("is {} characters long, more than 253", s.len()))
-    } else if !SUBDOMAIN.is_match(s) {
-        Some("must consist of lowercase letters, digits, `-` and `.`, and start and end with a letter or digit".into())
-    } else {
-        None
-    }
-}
-
-/// Why `key` is not a qualified name (`[prefix/]name`, the syntax of label and annotation keys).
-fn qualified_name(key: &str) -> Option<String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix {
-        if p.is_empty() {
-            return Some("has an empty prefix before `/`".into());
-        }
-        if let Some(why) = dns1123_subdomain(p) {
-            return Some(format!("has a prefix `{p}` that {why}"));
-        }
-    }
-    if name.is_empty() {
-        Some("has an empty name".into())
-    } else if name.len() > 63 {
-        Some(format!(
-            "has a name part {} characters long, more than 63",
-            name.len()
-        ))
-    } else if !QUALIFIED.is_match(name) {
-        Some("must have a name part of letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit".into())
-    } else {
-        None
-    }
-}
-
-/// Why `value` is not a label value (empty, or up to 63 characters like a qualified name).
-fn label_value(value: &str) -> Option<String> {
-    if value.len() > 63 {
-        Some(format!("is {} characters long, more than 63", value.len()))
-    } else if !value.is_empty() && !QUALIFIED.is_match(value) {
-        Some("must be empty or letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit".into())
-    } else {
-        None
-    }
-}
 
 /// Checks the `metadata` of an object of a kind that is `namespaced` or not.
 #[allow(
@@ -261,35 +186,5 @@ fn check_map(map: Option<&Value>, field: &str, labels: bool, out: &mut Vec<Findi
             code!("annotations-too-large"),
             format!("annotations take {size} bytes, more than {MAX_ANNOTATIONS}"),
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_dns_rules() {
-        assert_eq!(dns1123_label("pytorch-digits"), None);
-        assert!(dns1123_label("Pytorch").is_some());
-        assert!(dns1123_label(&"a".repeat(64)).is_some());
-        assert_eq!(dns1123_subdomain("a.b-c.d"), None);
-        assert!(dns1123_subdomain("a..b").is_some());
-        assert!(dns1123_subdomain("-a").is_some());
-    }
-
-    #[test]
-    fn label_keys_and_values() {
-        assert_eq!(
-            qualified_name("trainer.kubeflow.org/trainjob-ancestor-step"),
-            None
-        );
-        assert_eq!(qualified_name("app"), None);
-        assert!(qualified_name("Bad_Prefix/x").is_some());
-        assert!(qualified_name("a/b/c").is_some());
-        assert!(qualified_name("x/").is_some());
-        assert_eq!(label_value(""), None);
-        assert_eq!(label_value("data_group"), None);
-        assert!(label_value("two words").is_some());
     }
 }

@@ -16,6 +16,7 @@ use crate::path;
 use crate::raw::RawKubernetes;
 
 use super::kubernetes::is_dns_subdomain;
+use crate::kube_names;
 
 /// The pods' settings, checked.
 pub(super) struct PodSettings {
@@ -69,9 +70,14 @@ fn tolerations(ctx: &mut Ctx<'_>, list: &[Toleration]) -> bool {
     let mut ok = true;
     for (i, t) in list.iter().enumerate() {
         let at = path!["kubernetes", "tolerations", i];
+        let key_why = t.key.as_deref().and_then(kube_names::qualified_name);
+        let value_why = t.value.as_deref().and_then(kube_names::label_value);
         let problem = match (&t.key, t.operator, &t.value) {
-            (Some(key), _, _) if !is_qualified_name(key) => Some((
-                format!("`{key}` is not a taint key"),
+            (Some(key), _, _) if key_why.is_some() => Some((
+                format!(
+                    "`{key}` is not a taint key: it {}",
+                    key_why.unwrap_or_default()
+                ),
                 "a qualified name: an optional DNS-subdomain prefix and `/`, then at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
             )),
             (None, TolerationOperator::Equal, _) => Some((
@@ -82,8 +88,11 @@ fn tolerations(ctx: &mut Ctx<'_>, list: &[Toleration]) -> bool {
                 "a toleration with `operator = \"Exists\"` has no `value`".to_owned(),
                 "leave `value` out (any value is tolerated), or use `operator = \"Equal\"`",
             )),
-            (_, TolerationOperator::Equal, Some(value)) if !is_label_value(value) => Some((
-                format!("`{value}` is not a taint value"),
+            (_, TolerationOperator::Equal, Some(value)) if value_why.is_some() => Some((
+                format!(
+                    "`{value}` is not a taint value: it {}",
+                    value_why.unwrap_or_default()
+                ),
                 "at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
             )),
             _ => None,
@@ -173,12 +182,12 @@ fn metadata(
     let mut ok = true;
     for (name, value) in entries {
         let at = path!["kubernetes", key, name.as_str()];
-        if !is_qualified_name(name) {
+        if let Some(why) = kube_names::qualified_name(name) {
             ok = false;
             ctx.error_at_key(
                 "hetgen::spec::kubernetes-metadata",
                 &at,
-                format!("`{name}` is not a valid key"),
+                format!("`{name}` is not a valid key: it {why}"),
                 "not a qualified name",
                 "an optional DNS-subdomain prefix and `/`, then at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
             );
@@ -191,58 +200,16 @@ fn metadata(
                 "reserved",
                 "use a key of your own",
             );
-        } else if labels && !is_label_value(value) {
+        } else if let Some(why) = kube_names::label_value(value).filter(|_| labels) {
             ok = false;
             ctx.error(
                 "hetgen::spec::kubernetes-metadata",
                 &at,
-                format!("`{value}` is not a valid label value"),
+                format!("`{value}` is not a valid label value: it {why}"),
                 "not a label value",
                 "at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit (or empty)",
             );
         }
     }
     ok
-}
-
-/// `IsQualifiedName`: `[prefix/]name`, the prefix a DNS subdomain, the name at most 63
-/// characters of `[-A-Za-z0-9_.]`, starting and ending with a letter or digit.
-fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, s),
-    };
-    prefix.is_none_or(|p| !p.is_empty() && is_dns_subdomain(p))
-        && !name.is_empty()
-        && is_label_value(name)
-}
-
-/// `IsValidLabelValue`: empty, or at most 63 characters of `[-A-Za-z0-9_.]` starting and ending
-/// with a letter or digit.
-fn is_label_value(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.is_empty()
-        || (b.len() <= 63
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn qualified_names_and_label_values() {
-        assert!(is_qualified_name("sidecar.istio.io/inject"));
-        assert!(is_qualified_name("team"));
-        assert!(!is_qualified_name("/inject"));
-        assert!(!is_qualified_name("Bad_Prefix/x"));
-        assert!(!is_qualified_name("-x"));
-        assert!(is_label_value(""));
-        assert!(is_label_value("v1.2_x"));
-        assert!(!is_label_value("a b"));
-        assert!(!is_label_value(&"a".repeat(64)));
-    }
 }

@@ -5,6 +5,7 @@
 //! rules catch what the spec decides, where the user can fix it.
 
 use crate::data_port::{DATA_PORT_VAR, PORT_EXPECTED, parse_port};
+use crate::kube_names;
 use std::collections::BTreeMap;
 
 use crate::ctx::Ctx;
@@ -53,7 +54,7 @@ pub(super) fn kubernetes(
         );
     }
     let namespace = k.namespace.clone().unwrap_or_else(|| "default".to_owned());
-    if !is_dns_label(&namespace) {
+    if kube_names::dns1123_label(&namespace).is_some() {
         ok = false;
         ctx.error(
             "hetgen::spec::kubernetes-namespace",
@@ -222,29 +223,14 @@ fn names(ctx: &mut Ctx<'_>, job: &str, groups: &[Group]) -> bool {
 /// index>-<pod index>` plus `-abcde` against a DNS-1035 label's 63 characters.
 pub const MAX_POD_NAME: usize = 63 - "-abcde".len();
 
-/// An RFC 1123 label that starts with a letter (RFC 1035), as Kubernetes requires of a
-/// namespace, a TrainJob's name and a replicatedJob's.
+/// A DNS-1035 label, as Kubernetes requires of a TrainJob's name and a replicatedJob's.
 pub(crate) fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    kube_names::dns1035_label(s).is_none()
 }
 
-/// An RFC 1123 subdomain, as Kubernetes requires of most object names.
+/// A DNS-1123 subdomain, as Kubernetes requires of most object names.
 pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|part| {
-            let b = part.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
+    kube_names::dns1123_subdomain(s).is_none()
 }
 
 #[cfg(test)]
