@@ -15,7 +15,6 @@ use crate::model::Group;
 use crate::path;
 use crate::raw::RawKubernetes;
 
-use super::kubernetes::is_dns_subdomain;
 use crate::kube_names;
 
 /// The pods' settings, checked.
@@ -44,7 +43,7 @@ pub(super) fn pod_settings(
     ok &= metadata(ctx, "pod_annotations", &pod_annotations, false);
     ok &= metadata(ctx, "pod_labels", &pod_labels, true);
     if let Some(claim) = &k.output_claim
-        && !is_dns_subdomain(claim)
+        && kube_names::dns1123_subdomain(claim).is_some()
     {
         ok = false;
         ctx.error(
