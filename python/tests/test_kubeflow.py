@@ -81,6 +81,10 @@ def test_the_pytorch_example_s_kubeflow_pods_train_every_sample_once_per_epoch(t
     started = Path(node_1["log"]).read_text()
     assert f"node_rank=1 processes=1 master={node_0['address']}:29500" in started, started
     assert_learned_once_per_epoch(root, audit_file)
+    # The trainers' /opt/ml/model is the example's output claim, `digits/model` on it (the run's
+    # `claims/` folder stands for the claim), so the model outlives the pods.
+    on_claim = Path(job_record(root)["job_dir"]) / "claims/digits-outputs/digits/model"
+    assert (on_claim / "metrics.json").is_file(), sorted(p.name for p in on_claim.parent.glob("*"))
 
 
 def test_a_raising_script_fails_the_kubeflow_job_with_its_own_error(tmp_path):

@@ -192,7 +192,10 @@ pub fn status(args: &StatusArgs) -> Result<ExitCode, Failure> {
                 } else {
                     String::new()
                 };
-                println!("  warning: {}{times}", warning.describe());
+                println!(
+                    "  warning: {} {}{times}: {}",
+                    warning.kind, warning.reason, warning.message
+                );
             }
         }
     }

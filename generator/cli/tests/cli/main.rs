@@ -9,6 +9,7 @@ mod bench;
 mod completions;
 mod fixture;
 mod http;
+mod kubeflow;
 mod local;
 mod logs;
 mod prices;
