@@ -32,7 +32,9 @@ use hetgen_spec::model::{HOMOGENEOUS_GROUP, PROGRAM_VAR, Role};
 use serde_json::Value;
 
 use crate::layout::{self, Cluster, Host, Layout, MAX_HOSTS, create_dir, create_new_dir, write};
-use crate::{HostCommand, LocalError, LocalJob, RunOptions, absolute, cpus, free_block};
+use crate::layout::{absolute, data_port, free_block};
+use crate::script::script_code;
+use crate::{HostCommand, LocalError, LocalJob, RunOptions, cpus};
 
 /// Where the image mounts what the runtime reads: a volume mounted under it lands in the pod's
 /// folder, at the same place.
@@ -65,14 +67,14 @@ pub fn prepare(
         absolute(&options.job_file).display().to_string(),
     )];
     if let Some(script) = job.trainer.script() {
-        let code = crate::script_code(script, &options.spec_dir, &mut inherited)?;
+        let code = script_code(script, &options.spec_dir, &mut inherited)?;
         image_env.push((CODE_DIR_VAR.to_owned(), code.display().to_string()));
         image_env.push((PROGRAM_VAR.to_owned(), script.script.clone()));
     }
 
     // The data servers' port, which the pods' addresses must have free: the default, unless
     // `--env` sets another (the objects set none).
-    let port = crate::data_port(&options.env, &inherited);
+    let port = data_port(&options.env, &inherited);
     let block = free_block(&mut fastrand::Rng::new(), pods.len(), port);
     let hosts: Vec<Host> = pods
         .iter()

@@ -5,7 +5,7 @@
 //! running anything.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use hetgen_env::{
@@ -546,4 +546,40 @@ fn symlink(original: &Path, link: &Path) -> Result<(), LocalError> {
         path: link.to_owned(),
         source,
     })
+}
+
+/// The data servers' port, which the hosts' loopback block must leave free: the last
+/// `HETGEN_DATA_PORT` the job sets, else the caller's, else the default.
+pub(crate) fn data_port(
+    variables: &[(String, String)],
+    inherited: &BTreeMap<String, String>,
+) -> u16 {
+    let set = variables
+        .iter()
+        .rev()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let inherited = inherited.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    hetgen_spec::data_port::data_port_in(set.chain(inherited))
+}
+
+/// `path` made absolute against the current folder (as it is, when that cannot be read).
+pub(crate) fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// A `127.x.y.0` block whose first `hosts` addresses have `port` free, so that runs in
+/// parallel (tests, two terminals) do not take each other's data servers. `127.0.0.0/16` is
+/// left out: other programs listen on `127.0.0.1`.
+pub(crate) fn free_block(rng: &mut fastrand::Rng, hosts: usize, port: u16) -> Ipv4Addr {
+    let candidate = |rng: &mut fastrand::Rng| Ipv4Addr::new(127, rng.u8(1..=254), rng.u8(..), 0);
+    let mut base = candidate(rng);
+    for _ in 0..16 {
+        let free = (1..=hosts as u32)
+            .all(|k| TcpListener::bind((Ipv4Addr::from(u32::from(base) + k), port)).is_ok());
+        if free {
+            break;
+        }
+        base = candidate(rng);
+    }
+    base
 }
