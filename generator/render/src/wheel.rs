@@ -18,6 +18,61 @@ use sha2::{Digest, Sha256};
 
 use crate::bundle::BundleError;
 
+/// Where the wheel a source bundle ships comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chosen {
+    /// Named by the caller (`--wheel`, or `HETGEN_WHEEL`).
+    Named(PathBuf),
+    /// The hetgen this command was installed from, packed as its wheel again.
+    Installed(PathBuf),
+    /// The release build beside a hetgen built from source (`scripts/wheel.sh --release`).
+    Release(PathBuf),
+    /// The debug build beside a hetgen built from source (`make wheel`): its pipeline runs
+    /// many times slower than the release build's.
+    Debug(PathBuf),
+}
+
+impl Chosen {
+    pub fn path(&self) -> &Path {
+        match self {
+            Chosen::Named(p) | Chosen::Installed(p) | Chosen::Release(p) | Chosen::Debug(p) => p,
+        }
+    }
+}
+
+/// The wheel a source bundle ships, by this rule, first match wins:
+///
+/// 1. `named`: the caller's (`--wheel`, else `HETGEN_WHEEL`);
+/// 2. for a hetgen installed from its wheel (`exe` is the command pip installed), that
+///    installation packed as its wheel again, into `out` (a folder of the job's render), so
+///    that the hosts import exactly the files this command runs beside;
+/// 3. for a hetgen built from source, the wheel built beside it in the same target folder
+///    (`exe` is `<target>/<profile>/hetgen`): the release build (`wheels-release/`) when there
+///    is one, since a job on SageMaker should not preprocess with a debug build, else the debug
+///    build (`wheels/`).
+///
+/// A chosen path that holds no wheel is the bundle's to report (`no-wheel`, with how to build
+/// one).
+pub fn choose(named: Option<&Path>, exe: &Path, out: &Path) -> Result<Chosen, BundleError> {
+    if let Some(path) = named {
+        return Ok(Chosen::Named(path.to_owned()));
+    }
+    let name = crate::wheel_file_name();
+    if let Some(dist_info) = installed_dist_info(exe) {
+        return repack(&dist_info, &out.join(&name)).map(Chosen::Installed);
+    }
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_owned)
+        .unwrap_or_default();
+    let release = target.join("wheels-release").join(&name);
+    if release.is_file() {
+        return Ok(Chosen::Release(release));
+    }
+    Ok(Chosen::Debug(target.join("wheels").join(name)))
+}
+
 /// The `dist-info` folder of the hetgen installed with the command at `exe`: the environment's
 /// `lib/python3.*/site-packages/hetgen-<version>.dist-info` whose `RECORD` lists `exe`. `None`
 /// for a hetgen built from source.
@@ -160,6 +215,34 @@ fn urlsafe_base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_named_wheel_wins_then_the_installed_one_then_the_builds_beside_the_command() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("out");
+        let named = root.path().join("mine.whl");
+        let built = root.path().join("target/debug/hetgen");
+        assert_eq!(
+            choose(Some(&named), &built, &out).unwrap(),
+            Chosen::Named(named.clone())
+        );
+        let name = crate::wheel_file_name();
+        let target = root.path().join("target");
+        assert_eq!(
+            choose(None, &built, &out).unwrap(),
+            Chosen::Debug(target.join("wheels").join(&name))
+        );
+        std::fs::create_dir_all(target.join("wheels-release")).unwrap();
+        std::fs::write(target.join("wheels-release").join(&name), b"PK").unwrap();
+        assert_eq!(
+            choose(None, &built, &out).unwrap(),
+            Chosen::Release(target.join("wheels-release").join(&name))
+        );
+        let installed = install(&root.path().join("venv"));
+        let chosen = choose(None, &installed, &out).unwrap();
+        assert_eq!(chosen, Chosen::Installed(out.join(&name)));
+        assert!(chosen.path().is_file());
+    }
 
     /// A site-packages with a small installed hetgen, and the command that came with it.
     fn install(root: &Path) -> PathBuf {

@@ -109,42 +109,19 @@ pub fn render_spec(spec: &Path) -> Result<(hetgen_spec::Job, hetgen_render::Rend
     Ok((job, rendered))
 }
 
-/// The hetgen wheel a source bundle of `job` ships: `--wheel`, else `HETGEN_WHEEL`, else, for
-/// a hetgen installed from its wheel, that installation packed as its wheel again (into the
-/// job's render folder under `out`), else the one `make wheel` built beside this hetgen.
+/// The hetgen wheel a source bundle of `job` ships, by [`hetgen_render::wheel::choose`]'s rule:
+/// `--wheel`, else `HETGEN_WHEEL`, else this installation packed as its wheel again, else the
+/// one built beside this hetgen (release before debug; a debug build is said to be one).
 fn wheel_path(given: &crate::cli::WheelArgs, job: &Job, out: &Path) -> Result<PathBuf, Failure> {
-    if let Some(path) = &given.wheel {
-        return Ok(path.clone());
-    }
-    if let Some(path) = std::env::var_os("HETGEN_WHEEL").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(path));
-    }
+    let named = given.wheel.clone().or_else(|| {
+        std::env::var_os("HETGEN_WHEEL")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    });
     let exe = std::env::current_exe().unwrap_or_default();
-    let name = hetgen_render::wheel_file_name();
-    if let Some(dist_info) = hetgen_render::wheel::installed_dist_info(&exe) {
-        let wheel = out.join(&job.name).join("wheel").join(&name);
-        return Ok(hetgen_render::wheel::repack(&dist_info, &wheel)?);
-    }
-    let target = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_owned)
-        .unwrap_or_default();
-    // The release build (`scripts/wheel.sh --release`) when there is one: a job on SageMaker
-    // should not preprocess with a debug build.
-    let release = target.join("wheels-release").join(&name);
-    if release.is_file() {
-        return Ok(release);
-    }
-    let debug = target.join("wheels").join(name);
-    note_debug_wheel(&debug);
-    Ok(debug)
-}
-
-/// Says so when `wheel` is the debug build `make wheel` makes, which a job on SageMaker would
-/// run at a fraction of the release build's speed.
-fn note_debug_wheel(wheel: &Path) {
-    if wheel.parent().and_then(|p| p.file_name()) == Some(std::ffi::OsStr::new("wheels")) {
+    let into = out.join(&job.name).join("wheel");
+    let chosen = hetgen_render::wheel::choose(named.as_deref(), &exe, &into)?;
+    if let hetgen_render::wheel::Chosen::Debug(wheel) = &chosen {
         eprintln!(
             "note: {} is the debug build of the hetgen wheel (`make wheel`), whose pipeline runs \
              many times slower than the release build's; `scripts/wheel.sh --release VENV` in the \
@@ -152,6 +129,7 @@ fn note_debug_wheel(wheel: &Path) {
             wheel.display()
         );
     }
+    Ok(chosen.path().to_owned())
 }
 
 /// Writes the source bundle of `job` (rendered under `out`, from the spec at `spec`), shipping
