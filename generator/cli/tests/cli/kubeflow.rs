@@ -94,3 +94,34 @@ fn status_shows_a_trainjob_its_pods_and_its_warnings() {
     assert_eq!(refusals.len(), 1, "{status:#}");
     assert_eq!(refusals[0]["reason"], "TrainJobResourcesCreationFailed");
 }
+
+/// The help says both engines: the tool, what `render` writes, where `deploy`, `status`,
+/// `stop` and `logs` reach.
+#[test]
+fn the_help_names_kubernetes_beside_sagemaker() {
+    let root = repo();
+    let help = stdout(&hetgen(&["--help"], &root));
+    assert!(
+        help.contains("SageMaker or Kubernetes (Kubeflow Trainer)"),
+        "{help}"
+    );
+    let commands = help.split("Commands:").nth(1).unwrap();
+    for (command, says) in [
+        ("render", "Kubeflow Trainer objects"),
+        ("deploy", "--engine kubeflow"),
+        ("status", "--engine"),
+        ("logs", "a TrainJob"),
+    ] {
+        let line = commands
+            .lines()
+            .skip_while(|l| l.split_whitespace().next() != Some(command))
+            .take(2)
+            .collect::<String>();
+        assert!(line.contains(says), "`{command}`: {line}");
+    }
+    for command in ["status", "stop", "logs", "deploy"] {
+        let help = stdout(&hetgen(&[command, "--help"], &root));
+        assert!(help.contains("--engine <ENGINE>"), "{command}: {help}");
+        assert!(help.contains("kubeflow"), "{command}: {help}");
+    }
+}
