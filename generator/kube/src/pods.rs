@@ -130,51 +130,10 @@ fn err(at: impl Into<String>, message: impl Into<String>) -> PodsError {
 
 /// The pods of `trainjob` run with `runtime`, replicatedJob by replicatedJob in the runtime's
 /// order, each one's pods by index.
-#[allow(
-    clippy::too_many_lines,
-    reason = "JobSet's and Trainer's pod building in one pass, in their order; to be split into per-job steps (open work: hetgen-kube owning only hetgen's part)"
-)]
 pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
-    let job_name = text(trainjob, "/metadata/name", "TrainJob metadata.name")?;
-    let namespace = trainjob
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
-    let referenced = text(
-        trainjob,
-        "/spec/runtimeRef/name",
-        "TrainJob spec.runtimeRef",
-    )?;
-    let runtime_name = text(runtime, "/metadata/name", "TrainingRuntime metadata.name")?;
-    if referenced != runtime_name {
-        return Err(err(
-            "TrainJob spec.runtimeRef.name",
-            format!("names runtime `{referenced}`, but the runtime given is `{runtime_name}`"),
-        ));
-    }
-    let spec = runtime
-        .pointer("/spec/template/spec")
-        .ok_or_else(|| err("TrainingRuntime spec.template.spec", "missing"))?;
-    let subdomain = spec
-        .pointer("/network/subdomain")
-        .and_then(Value::as_str)
-        .unwrap_or(&job_name)
-        .to_owned();
-    let trainer = trainjob.pointer("/spec/trainer");
-    let num_nodes = trainer
-        .and_then(|t| t.get("numNodes"))
-        .and_then(Value::as_u64)
-        .or_else(|| {
-            runtime
-                .pointer("/spec/mlPolicy/numNodes")
-                .and_then(Value::as_u64)
-        })
-        .unwrap_or(1) as u32;
-    let torch = runtime.pointer("/spec/mlPolicy/torch").is_some();
-
-    let jobs = spec
-        .get("replicatedJobs")
+    let jobset = JobSet::of(runtime, trainjob)?;
+    let jobs = runtime
+        .pointer("/spec/template/spec/replicatedJobs")
         .and_then(Value::as_array)
         .ok_or_else(|| {
             err(
@@ -184,6 +143,92 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
         })?;
     let mut pods = Vec::new();
     for (j, rjob) in jobs.iter().enumerate() {
+        let job = ReplicatedJob::of(&jobset, j, rjob)?;
+        pods.extend((0..job.count).map(|index| job.pod(&jobset, index)));
+    }
+    Ok(pods)
+}
+
+/// What the TrainingRuntime and the TrainJob say of the whole JobSet Trainer makes.
+struct JobSet<'a> {
+    /// The JobSet's name: the TrainJob's.
+    name: String,
+    namespace: String,
+    /// Of every pod's DNS name (`network.subdomain`, else the JobSet's name).
+    subdomain: String,
+    /// The TrainJob's `spec.trainer`.
+    trainer: Option<&'a Value>,
+    /// The trainer's pods: `numNodes`, the TrainJob's else the runtime's.
+    num_nodes: u32,
+    /// Whether Trainer's torch plugin runs (`mlPolicy.torch`).
+    torch: bool,
+}
+
+impl<'a> JobSet<'a> {
+    fn of(runtime: &'a Value, trainjob: &'a Value) -> Result<JobSet<'a>, PodsError> {
+        let name = text(trainjob, "/metadata/name", "TrainJob metadata.name")?;
+        let referenced = text(
+            trainjob,
+            "/spec/runtimeRef/name",
+            "TrainJob spec.runtimeRef",
+        )?;
+        let runtime_name = text(runtime, "/metadata/name", "TrainingRuntime metadata.name")?;
+        if referenced != runtime_name {
+            return Err(err(
+                "TrainJob spec.runtimeRef.name",
+                format!("names runtime `{referenced}`, but the runtime given is `{runtime_name}`"),
+            ));
+        }
+        let spec = runtime
+            .pointer("/spec/template/spec")
+            .ok_or_else(|| err("TrainingRuntime spec.template.spec", "missing"))?;
+        let trainer = trainjob.pointer("/spec/trainer");
+        Ok(JobSet {
+            namespace: trainjob
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_owned(),
+            subdomain: spec
+                .pointer("/network/subdomain")
+                .and_then(Value::as_str)
+                .unwrap_or(&name)
+                .to_owned(),
+            num_nodes: trainer
+                .and_then(|t| t.get("numNodes"))
+                .and_then(Value::as_u64)
+                .or_else(|| {
+                    runtime
+                        .pointer("/spec/mlPolicy/numNodes")
+                        .and_then(Value::as_u64)
+                })
+                .unwrap_or(1) as u32,
+            torch: runtime.pointer("/spec/mlPolicy/torch").is_some(),
+            trainer,
+            name,
+        })
+    }
+}
+
+/// One replicatedJob, as every pod of its Job shares it.
+struct ReplicatedJob<'a> {
+    rjob: &'a Value,
+    name: String,
+    /// The spec's group, from the Job template's [`GROUP_LABEL`](crate::objects::GROUP_LABEL).
+    group: Option<String>,
+    /// Whether it is the job Trainer fills from the TrainJob (`node`).
+    is_trainer: bool,
+    /// Its pods: `parallelism`, or `numNodes` for the trainer's.
+    count: u32,
+    /// The container, with Trainer's part applied to the trainer's.
+    container: Container,
+    claims: BTreeMap<String, String>,
+    depends_on: Vec<(String, String)>,
+}
+
+impl<'a> ReplicatedJob<'a> {
+    /// Replicated job `j` of the runtime, `rjob`.
+    fn of(jobset: &JobSet<'_>, j: usize, rjob: &'a Value) -> Result<ReplicatedJob<'a>, PodsError> {
         let at = format!("TrainingRuntime spec.template.spec.replicatedJobs[{j}]");
         let name = text(rjob, "/name", &format!("{at}.name"))?;
         let replicas = rjob.get("replicas").and_then(Value::as_u64).unwrap_or(1);
@@ -197,9 +242,8 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
         let job_labels = string_map(rjob.pointer("/template/metadata/labels"));
         let is_trainer =
             job_labels.get(ANCESTOR_LABEL).map(String::as_str) == Some(ANCESTOR_TRAINER);
-        let group = job_labels.get(crate::objects::GROUP_LABEL).cloned();
         let count = if is_trainer {
-            num_nodes
+            jobset.num_nodes
         } else {
             rjob.pointer("/template/spec/parallelism")
                 .and_then(Value::as_u64)
@@ -208,20 +252,7 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
         let pod_spec = rjob
             .pointer("/template/spec/template/spec")
             .ok_or_else(|| err(format!("{at}.template.spec.template.spec"), "missing"))?;
-        let containers = pod_spec
-            .get("containers")
-            .and_then(Value::as_array)
-            .ok_or_else(|| err(format!("{at}…containers"), "missing"))?;
-        let [container] = containers.as_slice() else {
-            return Err(err(
-                format!("{at}…containers"),
-                format!(
-                    "{} containers: a local run runs one per pod",
-                    containers.len()
-                ),
-            ));
-        };
-        let mut container = parse_container(container, &format!("{at}…containers[0]"))?;
+        let mut container = only_container(pod_spec, &at)?;
         if is_trainer {
             if container.name != TRAINER_JOB {
                 return Err(err(
@@ -229,76 +260,106 @@ pub fn pods(runtime: &Value, trainjob: &Value) -> Result<Vec<Pod>, PodsError> {
                     format!("Kubeflow Trainer fills only a container named `{TRAINER_JOB}`"),
                 ));
             }
-            if let Some(trainer) = trainer {
+            if let Some(trainer) = jobset.trainer {
                 apply_trainer(&mut container, trainer)?;
             }
         }
-        let claims = pod_spec
-            .get("volumes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|v| {
-                Some((
-                    v.get("name")?.as_str()?.to_owned(),
-                    v.pointer("/persistentVolumeClaim/claimName")?
-                        .as_str()?
-                        .to_owned(),
-                ))
-            })
-            .collect();
-        let depends_on = rjob
-            .get("dependsOn")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|d| {
-                Some((
-                    d.get("name")?.as_str()?.to_owned(),
-                    d.get("status")?.as_str()?.to_owned(),
-                ))
-            })
-            .collect::<Vec<_>>();
-        for index in 0..count {
-            let pod_name = format!("{job_name}-{name}-0-{index}");
-            let mut labels = string_map(rjob.pointer("/template/spec/template/metadata/labels"));
-            labels.insert(JOBSET_NAME_LABEL.to_owned(), job_name.clone());
-            labels.insert(REPLICATED_JOB_LABEL.to_owned(), name.clone());
-            labels.insert("jobset.sigs.k8s.io/job-index".to_owned(), "0".to_owned());
-            labels.insert(COMPLETION_INDEX_ANNOTATION.to_owned(), index.to_string());
-            let mut annotations =
-                string_map(rjob.pointer("/template/spec/template/metadata/annotations"));
-            annotations.insert(COMPLETION_INDEX_ANNOTATION.to_owned(), index.to_string());
-            let mut container = container.clone();
-            if is_trainer && torch {
-                inject_torch(&mut container, &job_name, num_nodes, trainer);
-            }
-            // The Job controller's own variable on every pod of an Indexed Job.
-            container.env.insert(
-                0,
-                EnvVar {
-                    name: "JOB_COMPLETION_INDEX".to_owned(),
-                    source: EnvSource::Field(format!(
-                        "metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
-                    )),
-                },
+        Ok(ReplicatedJob {
+            rjob,
+            group: job_labels.get(crate::objects::GROUP_LABEL).cloned(),
+            is_trainer,
+            count,
+            container,
+            claims: name_pairs(pod_spec.get("volumes"), "/persistentVolumeClaim/claimName"),
+            depends_on: name_pairs(rjob.get("dependsOn"), "/status")
+                .into_iter()
+                .collect(),
+            name,
+        })
+    }
+
+    /// Its pod `index`, with what JobSet, the Job controller and Trainer's torch plugin add.
+    fn pod(&self, jobset: &JobSet<'_>, index: u32) -> Pod {
+        let pod_name = format!("{}-{}-0-{index}", jobset.name, self.name);
+        let template = |part: &str| {
+            string_map(
+                self.rjob
+                    .pointer(&format!("/template/spec/template/metadata/{part}")),
+            )
+        };
+        let mut labels = template("labels");
+        labels.insert(JOBSET_NAME_LABEL.to_owned(), jobset.name.clone());
+        labels.insert(REPLICATED_JOB_LABEL.to_owned(), self.name.clone());
+        labels.insert("jobset.sigs.k8s.io/job-index".to_owned(), "0".to_owned());
+        labels.insert(COMPLETION_INDEX_ANNOTATION.to_owned(), index.to_string());
+        let mut annotations = template("annotations");
+        annotations.insert(COMPLETION_INDEX_ANNOTATION.to_owned(), index.to_string());
+        let mut container = self.container.clone();
+        if self.is_trainer && jobset.torch {
+            inject_torch(
+                &mut container,
+                &jobset.name,
+                jobset.num_nodes,
+                jobset.trainer,
             );
-            pods.push(Pod {
-                host: format!("{pod_name}.{subdomain}"),
-                name: pod_name,
-                replicated_job: name.clone(),
-                group: group.clone(),
-                index,
-                labels,
-                annotations,
-                namespace: namespace.clone(),
-                container,
-                claims: BTreeMap::clone(&claims),
-                depends_on: depends_on.clone(),
-            });
+        }
+        // The Job controller's own variable on every pod of an Indexed Job.
+        container.env.insert(
+            0,
+            EnvVar {
+                name: "JOB_COMPLETION_INDEX".to_owned(),
+                source: EnvSource::Field(format!(
+                    "metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
+                )),
+            },
+        );
+        Pod {
+            host: format!("{pod_name}.{}", jobset.subdomain),
+            name: pod_name,
+            replicated_job: self.name.clone(),
+            group: self.group.clone(),
+            index,
+            labels,
+            annotations,
+            namespace: jobset.namespace.clone(),
+            container,
+            claims: self.claims.clone(),
+            depends_on: self.depends_on.clone(),
         }
     }
-    Ok(pods)
+}
+
+/// The pod's one container (hetgen's pods have one; more are refused).
+fn only_container(pod_spec: &Value, at: &str) -> Result<Container, PodsError> {
+    let containers = pod_spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .ok_or_else(|| err(format!("{at}…containers"), "missing"))?;
+    let [container] = containers.as_slice() else {
+        return Err(err(
+            format!("{at}…containers"),
+            format!(
+                "{} containers: a local run runs one per pod",
+                containers.len()
+            ),
+        ));
+    };
+    parse_container(container, &format!("{at}…containers[0]"))
+}
+
+/// `(name, the string at pointer)` of each entry of the list `list` that has both (a pod's
+/// claims by volume, a replicatedJob's `dependsOn` by job).
+fn name_pairs(list: Option<&Value>, pointer: &str) -> BTreeMap<String, String> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            Some((
+                v.get("name")?.as_str()?.to_owned(),
+                v.pointer(pointer)?.as_str()?.to_owned(),
+            ))
+        })
+        .collect()
 }
 
 fn parse_container(c: &Value, at: &str) -> Result<Container, PodsError> {
