@@ -41,17 +41,14 @@ use crate::{HostCommand, LocalError, LocalJob, RunOptions, cpus};
 const IMAGE_BASE: &str = "/opt/ml";
 
 /// Sets up a run of the pods of `runtime` and `trainjob` (the rendered objects of `job`).
-#[allow(
-    clippy::too_many_lines,
-    reason = "the twin's set-up in the order the pods need it; to be split into per-job steps with `pods`"
-)]
+/// Everything is worked out and checked before anything is written: a run that cannot start
+/// leaves no folder.
 pub fn prepare(
     job: &Job,
     runtime: &Value,
     trainjob: &Value,
     options: RunOptions,
 ) -> Result<LocalJob, LocalError> {
-    let kube_error = |message: String| LocalError::Kube { message };
     let pods = pods(runtime, trainjob).map_err(|e| kube_error(e.to_string()))?;
     if pods.len() > MAX_HOSTS {
         return Err(LocalError::TooManyHosts { hosts: pods.len() });
@@ -59,21 +56,11 @@ pub fn prepare(
     let k = job.kubernetes.as_ref().ok_or_else(|| {
         kube_error("the spec has no [kubernetes] section to run the objects of".to_owned())
     })?;
-
     let mut inherited = layout::inherited_environment(options.caller_env.clone());
-    // The image's ENV.
-    let mut image_env: Vec<(String, String)> = vec![(
-        JOB_FILE_VAR.to_owned(),
-        absolute(&options.job_file).display().to_string(),
-    )];
-    if let Some(script) = job.trainer.script() {
-        let code = script_code(script, &options.spec_dir, &mut inherited)?;
-        image_env.push((CODE_DIR_VAR.to_owned(), code.display().to_string()));
-        image_env.push((PROGRAM_VAR.to_owned(), script.script.clone()));
-    }
+    let image_env = image_environment(job, &options, &mut inherited)?;
 
     // The data servers' port, which the pods' addresses must have free: the default, unless
-    // `--env` sets another (the objects set none).
+    // `--env` sets another.
     let port = data_port(&options.env, &inherited);
     let block = free_block(&mut fastrand::Rng::new(), pods.len(), port);
     let hosts: Vec<Host> = pods
@@ -82,37 +69,140 @@ pub fn prepare(
         .map(|(i, pod)| host_of(job, pod, block, i))
         .collect();
     let channels = layout::local_channels(job, &options.spec_dir)?;
-    let job_dir = absolute(&options.job_dir);
     let cluster = Cluster {
         hosts: hosts.clone(),
         groups: Vec::new(),
     };
-    let layout = Layout::new(job, cluster, channels, job_dir.clone());
+    let layout = Layout::new(job, cluster, channels, absolute(&options.job_dir));
     let cpu_sets = cpus::allot(options.cpus, &hosts, &cpus::available())?;
-
-    // Mounts are checked before anything is written: a run that cannot start leaves no folder.
-    let mut mounts = Vec::new();
-    for pod in &pods {
-        mounts.push(pod_mounts(k, pod, &layout)?);
-    }
+    let mounts = pods
+        .iter()
+        .map(|pod| pod_mounts(k, pod, &layout))
+        .collect::<Result<Vec<_>, _>>()?;
     let token = hetgen_env::job_token().map_err(|e| LocalError::Random {
         message: e.to_string(),
     })?;
-    let secrets = BTreeMap::from([((token_secret(&job.name), TOKEN_KEY.to_owned()), token)]);
-    let launcher = absolute(&options.launcher);
+    let image = ImageStandIn {
+        env: image_env,
+        launcher: absolute(&options.launcher),
+        secrets: BTreeMap::from([((token_secret(&job.name), TOKEN_KEY.to_owned()), token)]),
+    };
+    let mut commands = Vec::new();
+    for ((pod, host), cpus) in pods.iter().zip(&hosts).zip(cpu_sets) {
+        let mut command = image.command(pod, host, &layout, &inherited, &options.env)?;
+        command.cpus = cpus;
+        command.waits_for = waits_for(&pods, &hosts, pod)?;
+        commands.push(command);
+    }
 
-    // A run never reuses another run's folder.
-    create_new_dir(&job_dir)?;
-    let hosts_file = layout.hosts_file();
+    write_run(&layout, &pods, &hosts, mounts)?;
+    Ok(LocalJob {
+        name: job.name.clone(),
+        layout,
+        commands,
+        launcher: image.launcher,
+        limits: options.limits,
+        notes: Vec::new(),
+    })
+}
+
+fn kube_error(message: String) -> LocalError {
+    LocalError::Kube { message }
+}
+
+/// The image's `ENV`: the job file, and for a script the code folder and the script's name.
+fn image_environment(
+    job: &Job,
+    options: &RunOptions,
+    inherited: &mut BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, LocalError> {
+    let mut env = vec![(
+        JOB_FILE_VAR.to_owned(),
+        absolute(&options.job_file).display().to_string(),
+    )];
+    if let Some(script) = job.trainer.script() {
+        let code = script_code(script, &options.spec_dir, inherited)?;
+        env.push((CODE_DIR_VAR.to_owned(), code.display().to_string()));
+        env.push((PROGRAM_VAR.to_owned(), script.script.clone()));
+    }
+    Ok(env)
+}
+
+/// What this machine stands in for of the image and the cluster, for every pod alike.
+struct ImageStandIn {
+    /// The image's `ENV`.
+    env: Vec<(String, String)>,
+    /// Its launcher (`/usr/local/bin/launcher` in the image).
+    launcher: PathBuf,
+    /// The job's Secret: `(secret, key)` → value.
+    secrets: BTreeMap<(String, String), String>,
+}
+
+impl ImageStandIn {
+    /// What `pod` runs as `host`: its container's command and args with its environment over
+    /// the image's (and `--env` over both), in the pod's folder.
+    fn command(
+        &self,
+        pod: &Pod,
+        host: &Host,
+        layout: &Layout,
+        inherited: &BTreeMap<String, String>,
+        flags: &[(String, String)],
+    ) -> Result<HostCommand, LocalError> {
+        let base = layout.host_dir(host);
+        let mut env = inherited.clone();
+        env.extend(self.env.iter().cloned());
+        env.insert(BASE_DIR_VAR.to_owned(), base.display().to_string());
+        env.insert(
+            HOSTS_FILE_VAR.to_owned(),
+            layout.hosts_file().display().to_string(),
+        );
+        let pod_env = pod
+            .environment(&self.secrets)
+            .map_err(|e| kube_error(e.to_string()))?;
+        let argv = pod.argv(&pod_env);
+        env.extend(pod_env);
+        env.extend(flags.iter().cloned());
+        probe_matches_port(pod, &env)?;
+        let Some((program, args)) = argv.split_first() else {
+            return Err(kube_error(format!(
+                "pod {}: its container has no command, and a local run cannot read the image's entry point",
+                pod.name
+            )));
+        };
+        let program = match program.as_str() {
+            IMAGE_LAUNCHER => self.launcher.clone(),
+            other => PathBuf::from(other),
+        };
+        Ok(HostCommand {
+            host: host.clone(),
+            program,
+            args: args.to_vec(),
+            env,
+            base_dir: base,
+            cpus: None,
+            hosts_binding: None,
+            waits_for: Vec::new(),
+        })
+    }
+}
+
+/// Writes the run's folder: the hosts file that stands for the cluster's DNS, and each pod's
+/// `/opt/ml` with its volumes linked in. A run never reuses another run's folder.
+fn write_run(
+    layout: &Layout,
+    pods: &[Pod],
+    hosts: &[Host],
+    mounts: Vec<Vec<Link>>,
+) -> Result<(), LocalError> {
+    create_new_dir(&layout.job_dir)?;
     let table: String = pods
         .iter()
-        .zip(&hosts)
+        .zip(hosts)
         .map(|(pod, host)| format!("{} {} {}\n", host.address, pod.host, pod.name))
         .collect();
-    write(&hosts_file, &table)?;
-
-    let mut commands = Vec::new();
-    for (((pod, host), links), cpus) in pods.iter().zip(&hosts).zip(mounts).zip(cpu_sets) {
+    write(&layout.hosts_file(), &table)?;
+    for (host, links) in hosts.iter().zip(mounts) {
         let base = layout.host_dir(host);
         for dir in ["model", "output/data", "checkpoints", "input/data"] {
             // A folder a volume is mounted at is the volume's.
@@ -132,46 +222,8 @@ pub fn prepare(
                 source,
             })?;
         }
-        let mut env = inherited.clone();
-        env.extend(image_env.iter().cloned());
-        env.insert(BASE_DIR_VAR.to_owned(), base.display().to_string());
-        env.insert(HOSTS_FILE_VAR.to_owned(), hosts_file.display().to_string());
-        let pod_env = pod
-            .environment(&secrets)
-            .map_err(|e| kube_error(e.to_string()))?;
-        let argv = pod.argv(&pod_env);
-        env.extend(pod_env);
-        env.extend(options.env.iter().cloned());
-        probe_matches_port(pod, &env)?;
-        let Some((program, args)) = argv.split_first() else {
-            return Err(kube_error(format!(
-                "pod {}: its container has no command, and a local run cannot read the image's entry point",
-                pod.name
-            )));
-        };
-        let program = match program.as_str() {
-            IMAGE_LAUNCHER => launcher.clone(),
-            other => PathBuf::from(other),
-        };
-        commands.push(HostCommand {
-            host: host.clone(),
-            program,
-            args: args.to_vec(),
-            env,
-            base_dir: base,
-            cpus,
-            hosts_binding: None,
-            waits_for: waits_for(&pods, &hosts, pod)?,
-        });
     }
-    Ok(LocalJob {
-        name: job.name.clone(),
-        layout,
-        commands,
-        launcher,
-        limits: options.limits,
-        notes: Vec::new(),
-    })
+    Ok(())
 }
 
 /// The addresses `pod` waits for before it starts: the readiness probe of every pod of each
