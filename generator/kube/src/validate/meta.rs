@@ -2,7 +2,7 @@
 //! the CRD schemas say only `type: object` there, and leave the rest to the server.
 
 use hetgen_spec::kube_names::{dns1123_label, dns1123_subdomain, label_value, qualified_name};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::yaml::child;
 use super::{Finding, code};
@@ -30,10 +30,6 @@ const FIELDS: [&str; 15] = [
 const MAX_ANNOTATIONS: usize = 256 * 1024;
 
 /// Checks the `metadata` of an object of a kind that is `namespaced` or not.
-#[allow(
-    clippy::too_many_lines,
-    reason = "one check per metadata field, in the API server's order; to be split by kind of field with the schema check"
-)]
 pub(crate) fn check(meta: Option<&Value>, namespaced: bool, out: &mut Vec<Finding>) {
     let path = "metadata";
     let Some(meta) = meta else {
@@ -64,22 +60,37 @@ pub(crate) fn check(meta: Option<&Value>, namespaced: bool, out: &mut Vec<Findin
             out.push(f);
         }
     }
+    check_name(fields, out);
+    check_namespace(fields, namespaced, out);
+    check_map(fields.get("labels"), "labels", true, out);
+    check_map(fields.get("annotations"), "annotations", false, out);
+}
 
-    let string = |field: &str, out: &mut Vec<Finding>| -> Option<String> {
-        match fields.get(field) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => {
-                out.push(Finding::value(
-                    &child(path, field),
-                    "type",
-                    format!("`metadata.{field}` must be a string"),
-                ));
-                None
-            }
+/// `metadata.<field>` as a string, when set; a value of another type is reported.
+fn string_field(
+    fields: &Map<String, Value>,
+    field: &str,
+    out: &mut Vec<Finding>,
+) -> Option<String> {
+    match fields.get(field) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            out.push(Finding::value(
+                &child("metadata", field),
+                "type",
+                format!("`metadata.{field}` must be a string"),
+            ));
+            None
         }
-    };
-    match (string("name", out), string("generateName", out)) {
+    }
+}
+
+/// `name`, else `generateName` (whose names the server makes with 5 random characters).
+fn check_name(fields: &Map<String, Value>, out: &mut Vec<Finding>) {
+    let name = string_field(fields, "name", out);
+    let prefix = string_field(fields, "generateName", out);
+    match (name, prefix) {
         (Some(name), _) => {
             if let Some(why) = dns1123_subdomain(&name) {
                 out.push(
@@ -105,14 +116,18 @@ pub(crate) fn check(meta: Option<&Value>, namespaced: bool, out: &mut Vec<Findin
         }
         (None, None) => out.push(
             Finding::key(
-                path,
+                "metadata",
                 code!("missing-field"),
                 "missing `metadata.name`".into(),
             )
             .hint("add `name:` under `metadata`"),
         ),
     }
-    match (string("namespace", out), namespaced) {
+}
+
+/// `namespace`: a DNS-1123 label on a namespaced kind, absent on a cluster-scoped one.
+fn check_namespace(fields: &Map<String, Value>, namespaced: bool, out: &mut Vec<Finding>) {
+    match (string_field(fields, "namespace", out), namespaced) {
         (Some(ns), true) => {
             if let Some(why) = dns1123_label(&ns) {
                 out.push(Finding::value(
@@ -132,8 +147,6 @@ pub(crate) fn check(meta: Option<&Value>, namespaced: bool, out: &mut Vec<Findin
         ),
         _ => {}
     }
-    check_map(fields.get("labels"), "labels", true, out);
-    check_map(fields.get("annotations"), "annotations", false, out);
 }
 
 /// Checks `labels` or `annotations` under the metadata at `path`: a map of qualified-name keys
