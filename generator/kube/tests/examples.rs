@@ -3,7 +3,7 @@
 //! added, so each shape of job (built-in trainer, script, Python dataset, homogeneous, several
 //! GPUs) renders objects the pinned CRDs and their CEL rules accept.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use hetgen_fixtures::repo;
 
@@ -25,26 +25,7 @@ fn every_example_renders_objects_the_api_server_accepts() {
         if !text.contains("\n[kubernetes]") {
             text.push_str(SECTION);
         }
-        let result = hetgen_spec::check_file(&path, text.as_bytes());
-        let job = result
-            .job
-            .unwrap_or_else(|| panic!("{} is invalid: {:?}", path.display(), result.report));
-        let objects = hetgen_kube::objects(&job).expect("a [kubernetes] section");
-        let files: Vec<(PathBuf, String)> = objects
-            .files()
-            .into_iter()
-            .map(|(name, text)| (path.with_file_name(name), text))
-            .collect();
-        let found = hetgen_kube::validate::check(&files);
-        assert!(
-            found.is_empty(),
-            "{}:\n{}",
-            path.display(),
-            found
-                .iter()
-                .map(|d| format!("{}: {d}\n", d.location()))
-                .collect::<String>()
-        );
+        let (job, objects) = accepted_objects(&path, &text);
         // The pods they make: one per host of every group.
         let pods = hetgen_kube::pods::pods(&objects.runtime, &objects.trainjob).unwrap();
         assert_eq!(
@@ -109,22 +90,14 @@ fn pods_that_ask_for_gpus_tolerate_gpu_node_taints_and_others_do_not() {
     }
 }
 
-/// The pytorch example (which keeps its outputs on a claim) with every other pod setting of
-/// `[kubernetes]` set, its objects checked as the API server would check them.
-fn with_pod_settings() -> hetgen_kube::Objects {
-    let path = repo().join("examples/pytorch/hetgen.toml");
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        "\n[kubernetes]\n",
-        "\n[kubernetes]\n\
-         tolerations = [{ key = \"dedicated\", value = \"ml\", effect = \"NoSchedule\" }]\n\
-         reserve = { cpu = 1.5, memory_gib = 2 }\n\
-         pod_annotations = { \"example.com/owner\" = \"vision\" }\n\
-         pod_labels = { team = \"vision\" }\n",
-    );
-    let job = hetgen_spec::check_file(&path, text.as_bytes())
+/// The job of the spec `text` (read from `path`) and its objects, which the API server, as the
+/// offline check sees it, accepts.
+fn accepted_objects(path: &Path, text: &str) -> (hetgen_spec::Job, hetgen_kube::Objects) {
+    let result = hetgen_spec::check_file(path, text.as_bytes());
+    let job = result
         .job
-        .expect("a valid spec");
-    let objects = hetgen_kube::objects(&job).unwrap();
+        .unwrap_or_else(|| panic!("{} is invalid: {:?}", path.display(), result.report));
+    let objects = hetgen_kube::objects(&job).expect("a [kubernetes] section");
     let files: Vec<(PathBuf, String)> = objects
         .files()
         .into_iter()
@@ -133,10 +106,29 @@ fn with_pod_settings() -> hetgen_kube::Objects {
     let found = hetgen_kube::validate::check(&files);
     assert!(
         found.is_empty(),
-        "{:?}",
-        found.iter().map(ToString::to_string).collect::<Vec<_>>()
+        "{}:\n{}",
+        path.display(),
+        found
+            .iter()
+            .map(|d| format!("{}: {d}\n", d.location()))
+            .collect::<String>()
     );
-    objects
+    (job, objects)
+}
+
+/// The pytorch example (which keeps its outputs on a claim) with every other pod setting of
+/// `[kubernetes]` set, its objects checked as the API server would check them.
+fn with_pod_settings() -> hetgen_kube::Objects {
+    pytorch_objects(|text| {
+        text.replace(
+            "\n[kubernetes]\n",
+            "\n[kubernetes]\n\
+             tolerations = [{ key = \"dedicated\", value = \"ml\", effect = \"NoSchedule\" }]\n\
+             reserve = { cpu = 1.5, memory_gib = 2 }\n\
+             pod_annotations = { \"example.com/owner\" = \"vision\" }\n\
+             pod_labels = { team = \"vision\" }\n",
+        )
+    })
 }
 
 /// Every pod the controllers would make carries the spec's annotations and labels (and no
@@ -210,14 +202,16 @@ fn every_pod_tolerates_the_specs_taints_and_requests_its_instance_less_the_reser
 
 /// The runtime's replicatedJobs of the pytorch example, its spec text edited by `edit`.
 fn pytorch_replicated_jobs(edit: impl FnOnce(String) -> String) -> Vec<serde_json::Value> {
-    let path = repo().join("examples/pytorch/hetgen.toml");
-    let text = edit(std::fs::read_to_string(&path).unwrap());
-    let job = hetgen_spec::check_file(&path, text.as_bytes())
-        .job
-        .expect("a valid spec");
-    let objects = hetgen_kube::objects(&job).unwrap();
-    objects.runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    pytorch_objects(edit).runtime["spec"]["template"]["spec"]["replicatedJobs"]
         .as_array()
         .unwrap()
         .clone()
+}
+
+/// The objects of the pytorch example, its spec text edited by `edit`, accepted as the API
+/// server would accept them.
+fn pytorch_objects(edit: impl FnOnce(String) -> String) -> hetgen_kube::Objects {
+    let path = repo().join("examples/pytorch/hetgen.toml");
+    let text = edit(std::fs::read_to_string(&path).unwrap());
+    accepted_objects(&path, &text).1
 }

@@ -67,6 +67,20 @@ fn deploy(scenario: &str) -> (Server, Result<hetgen_kube_deploy::Deployed, KubeE
     (server, result)
 }
 
+/// The requests of a deploy that succeeds, in order: the TrainJob looked up, the Secret
+/// applied, the runtime's requests (`(verb, path)`), the TrainJob applied `train_job_applies`
+/// times, the Secret given its owner.
+fn deployed_lines(runtime: &[(&str, &str)], train_job_applies: usize) -> Vec<String> {
+    let mut lines = vec![format!("GET {TRAIN_JOB}"), format!("PATCH {SECRET}")];
+    lines.extend(runtime.iter().map(|(verb, path)| format!("{verb} {path}")));
+    lines.extend(std::iter::repeat_n(
+        format!("PATCH {TRAIN_JOB}"),
+        train_job_applies,
+    ));
+    lines.push(format!("PATCH {SECRET}"));
+    lines
+}
+
 /// `value` without the keys the API server adds, to compare with what was sent.
 fn yaml_as_json(path: &str) -> Value {
     let text = std::fs::read_to_string(server::recorded().join(path)).unwrap();
@@ -85,14 +99,7 @@ fn deploy_applies_the_secret_then_the_runtime_then_the_trainjob_as_hetgen() {
 
     assert_eq!(
         server.lines(),
-        [
-            format!("GET {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-            format!("GET {RUNTIME}"),
-            format!("PATCH {RUNTIME}"),
-            format!("PATCH {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-        ]
+        deployed_lines(&[("GET", RUNTIME), ("PATCH", RUNTIME)], 1)
     );
     // What was written: every request but the lookups.
     let requests: Vec<_> = server
@@ -244,16 +251,7 @@ fn a_trainjob_refused_because_the_webhook_has_not_seen_its_runtime_yet_is_sent_a
     assert_eq!(deployed.uid, "5f0c2a1e-8d3b-4c7a-9e21-6b4f3d2a1c90");
     assert_eq!(
         server.lines(),
-        [
-            format!("GET {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-            format!("GET {RUNTIME}"),
-            format!("PATCH {RUNTIME}"),
-            format!("PATCH {TRAIN_JOB}"),
-            format!("PATCH {TRAIN_JOB}"),
-            format!("PATCH {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-        ]
+        deployed_lines(&[("GET", RUNTIME), ("PATCH", RUNTIME)], 3)
     );
 }
 
@@ -292,17 +290,16 @@ fn a_runtime_whose_immutable_parts_changed_is_replaced_when_no_trainjob_runs_it(
     assert_eq!(deployed.unwrap().name, JOB);
     assert_eq!(
         server.lines(),
-        [
-            format!("GET {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-            format!("GET {RUNTIME}"),
-            format!("GET {TRAIN_JOBS}"),
-            format!("DELETE {RUNTIME}"),
-            format!("GET {RUNTIME}"),
-            format!("PATCH {RUNTIME}"),
-            format!("PATCH {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-        ]
+        deployed_lines(
+            &[
+                ("GET", RUNTIME),
+                ("GET", TRAIN_JOBS),
+                ("DELETE", RUNTIME),
+                ("GET", RUNTIME),
+                ("PATCH", RUNTIME)
+            ],
+            1
+        )
     );
     let applied = server
         .requests()
@@ -323,18 +320,17 @@ fn a_runtime_update_refused_as_immutable_is_replaced() {
     assert_eq!(deployed.unwrap().name, JOB);
     assert_eq!(
         server.lines(),
-        [
-            format!("GET {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-            format!("GET {RUNTIME}"),
-            format!("PATCH {RUNTIME}"),
-            format!("GET {TRAIN_JOBS}"),
-            format!("DELETE {RUNTIME}"),
-            format!("GET {RUNTIME}"),
-            format!("PATCH {RUNTIME}"),
-            format!("PATCH {TRAIN_JOB}"),
-            format!("PATCH {SECRET}"),
-        ]
+        deployed_lines(
+            &[
+                ("GET", RUNTIME),
+                ("PATCH", RUNTIME),
+                ("GET", TRAIN_JOBS),
+                ("DELETE", RUNTIME),
+                ("GET", RUNTIME),
+                ("PATCH", RUNTIME)
+            ],
+            1
+        )
     );
 }
 
