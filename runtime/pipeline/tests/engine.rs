@@ -15,6 +15,7 @@ use proptest::prelude::*;
 
 #[path = "engine/python.rs"]
 mod python;
+mod python_workers;
 
 /// The `pipeline-test` fixture job reading `source` in batches of `batch`, through `stages`
 /// (a TOML array of stage tables, one a line as a spec writes them; `[]` for none).

@@ -2,13 +2,15 @@
 //! numpy, as `make test` puts the torch venv first): each error names what, where and which
 //! sample.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use hetgen_pipeline::python::{PythonSetup, Workers};
-use hetgen_pipeline::{Batch, Batches, PipelineError, ShardWork};
-use hetgen_spec::model::PythonRef;
+use hetgen_pipeline::PipelineError;
+use hetgen_pipeline::python::Workers;
+
+mod python_workers;
+
+use python_workers::{all, shard};
 
 /// Samples of an image and a label; files in the data folder make one misbehave: `exit-<i>`
 /// ends the worker making sample i with `os._exit(3)`, `segv-<i>` crashes it, `hang-<i>`
@@ -69,66 +71,17 @@ def with_path(path, hyperparameters):
     return WithPath(path)
 "#;
 
-fn reference(name: &str) -> PythonRef {
-    PythonRef {
-        file: "faults.py".into(),
-        name: name.into(),
-    }
-}
-
 /// Workers over `FAULTS` (its `factory`), with `collate`, in a fresh code and data folder.
 fn workers(
     factory: &str,
     collate: Option<&str>,
     threads: usize,
 ) -> (tempfile::TempDir, Result<Workers, PipelineError>) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("faults.py"), FAULTS).unwrap();
-    let setup = PythonSetup {
-        python: "python3".into(),
-        code_dir: dir.path().to_owned(),
-        hyperparameters: BTreeMap::new(),
-    };
-    let started = Workers::start(
-        &setup,
-        &reference(factory),
-        collate.map(reference).as_ref(),
-        dir.path(),
-        5,
-        Some(threads),
-    );
-    (dir, started)
+    python_workers::workers("faults.py", FAULTS, factory, collate, threads)
 }
 
 fn mark(dir: &Path, name: &str) {
     std::fs::write(dir.join(name), "").unwrap();
-}
-
-/// The batches of `ids` in batches of `batch_size`, until `emit` says stop.
-fn shard(
-    workers: &dyn Batches,
-    ids: &[u64],
-    batch_size: u32,
-    emit: &mut dyn FnMut(Batch) -> bool,
-) -> Result<(), PipelineError> {
-    workers.run_shard(
-        ShardWork {
-            epoch: 0,
-            shard: 0,
-            ids,
-            batch_size,
-        },
-        emit,
-    )
-}
-
-fn all(workers: &dyn Batches, ids: &[u64], batch_size: u32) -> Result<Vec<Batch>, PipelineError> {
-    let mut out = Vec::new();
-    shard(workers, ids, batch_size, &mut |b| {
-        out.push(b);
-        true
-    })?;
-    Ok(out)
 }
 
 #[test]
@@ -137,7 +90,7 @@ fn a_sample_that_ends_every_worker_is_named_with_how_it_ended() {
     let workers = workers.unwrap();
     mark(dir.path(), "exit-17");
     // A shuffled batch: the sample is named, not a range of ids.
-    let error = all(&workers, &[31, 4, 17, 9], 4).unwrap_err();
+    let error = all(&workers, 0, &[31, 4, 17, 9], 4).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(
@@ -156,7 +109,7 @@ fn a_sample_that_ends_every_worker_is_named_with_how_it_ended() {
     );
     assert!(text.contains("exit status 3"), "{text}");
     // The pool goes on with a new worker.
-    assert_eq!(all(&workers, &[4, 9], 2).unwrap().len(), 1);
+    assert_eq!(all(&workers, 0, &[4, 9], 2).unwrap().len(), 1);
 }
 
 #[test]
@@ -164,7 +117,7 @@ fn a_sample_that_crashes_native_code_is_named_with_the_signal() {
     let (dir, workers) = workers("make", None, 2);
     let workers = workers.unwrap();
     mark(dir.path(), "segv-22");
-    let error = all(&workers, &[20, 21, 22, 23, 24, 25], 3).unwrap_err();
+    let error = all(&workers, 0, &[20, 21, 22, 23, 24, 25], 3).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(error, PipelineError::WorkerDied { sample: 22, .. }),
@@ -178,7 +131,7 @@ fn a_batch_that_kills_its_worker_only_whole_is_named_as_a_batch() {
     let (dir, workers) = workers("with_path", Some("dying_collate"), 1);
     let workers = workers.unwrap();
     mark(dir.path(), "collate-dies");
-    let error = all(&workers, &[8, 2, 5], 3).unwrap_err();
+    let error = all(&workers, 0, &[8, 2, 5], 3).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(error, PipelineError::BatchDied { deaths: 3, .. }),
@@ -195,7 +148,7 @@ fn a_sample_that_hangs_is_stopped_at_the_deadline_naming_it_and_where_it_was() {
     let workers = workers.unwrap();
     workers.set_sample_timeout(Duration::from_millis(1500));
     mark(dir.path(), "hang-13");
-    let error = all(&workers, &[12, 13, 14], 3).unwrap_err();
+    let error = all(&workers, 0, &[12, 13, 14], 3).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(error, PipelineError::SampleTimeout { sample: 13, .. }),
@@ -215,7 +168,7 @@ fn a_sample_that_hangs_is_stopped_at_the_deadline_naming_it_and_where_it_was() {
         "hetgen's frames are left out: {text}"
     );
     // The pool goes on with a new worker.
-    assert_eq!(all(&workers, &[12, 14], 2).unwrap().len(), 1);
+    assert_eq!(all(&workers, 0, &[12, 14], 2).unwrap().len(), 1);
 }
 
 #[test]
@@ -223,7 +176,7 @@ fn a_field_of_another_type_on_one_sample_names_the_sample() {
     let (dir, workers) = workers("make", None, 1);
     let workers = workers.unwrap();
     mark(dir.path(), "str-6");
-    let error = all(&workers, &[5, 6, 7], 3).unwrap_err();
+    let error = all(&workers, 0, &[5, 6, 7], 3).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(error, PipelineError::Sample { sample: 6, .. }),
@@ -251,7 +204,9 @@ fn a_factory_that_returns_no_map_style_dataset_fails_naming_it() {
 #[test]
 fn the_hint_for_samples_that_do_not_stack_is_toml_as_written() {
     let (_dir, workers) = workers("ragged", None, 1);
-    let text = all(&workers.unwrap(), &[3, 4], 2).unwrap_err().to_string();
+    let text = all(&workers.unwrap(), 0, &[3, 4], 2)
+        .unwrap_err()
+        .to_string();
     assert!(
         text.contains(r#"`[pipeline] source = { ..., collate = "data.py:collate" }`"#),
         "{text}"
@@ -268,7 +223,7 @@ fn the_pool_stops_a_worker_busy_in_a_long_sample_when_dropped() {
     // The first batch comes; the second's worker is in sample 3 for ever when the consumer
     // stops taking batches, and the pool is dropped.
     let mut taken = 0;
-    shard(&workers, &[1, 2, 3, 4], 2, &mut |_| {
+    shard(&workers, 0, &[1, 2, 3, 4], 2, &mut |_| {
         while !dir.path().join("started-3").exists() {
             std::thread::sleep(Duration::from_millis(10));
         }

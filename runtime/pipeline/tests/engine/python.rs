@@ -2,12 +2,10 @@
 //! `make test` puts the torch venv first): tensors and structure, the randomness rule, and every
 //! way the user's code or a worker can fail.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use hetgen_pipeline::python::Workers;
+use hetgen_pipeline::{Batch, Batches, DType, PipelineError};
 
-use hetgen_pipeline::python::{PythonSetup, Workers};
-use hetgen_pipeline::{Batch, Batches, DType, PipelineError, ShardWork};
-use hetgen_spec::model::PythonRef;
+use crate::python_workers::{self, all};
 
 /// Fields of three dtypes and shapes, from the sample id alone, plus one drawn from numpy's
 /// global generator (seeded by the worker per sample).
@@ -46,60 +44,13 @@ def sum_collate(samples):
     return np.stack([s["image"] for s in samples]).sum(axis=0, dtype=np.int64)
 "#;
 
-fn setup(code: &Path) -> PythonSetup {
-    PythonSetup {
-        python: "python3".into(),
-        code_dir: code.to_owned(),
-        hyperparameters: BTreeMap::new(),
-    }
-}
-
-fn reference(name: &str) -> PythonRef {
-    PythonRef {
-        file: "fields.py".into(),
-        name: name.into(),
-    }
-}
-
 /// Workers over `FIELDS` (its `factory`), with `collate`, in a fresh code and data folder.
 fn workers(
     factory: &str,
     collate: Option<&str>,
     threads: usize,
 ) -> (tempfile::TempDir, Result<Workers, PipelineError>) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("fields.py"), FIELDS).unwrap();
-    let started = Workers::start(
-        &setup(dir.path()),
-        &reference(factory),
-        collate.map(reference).as_ref(),
-        dir.path(),
-        5,
-        Some(threads),
-    );
-    (dir, started)
-}
-
-fn shard(
-    workers: &dyn Batches,
-    epoch: u32,
-    ids: &[u64],
-    batch_size: u32,
-) -> Result<Vec<Batch>, PipelineError> {
-    let mut out = Vec::new();
-    workers.run_shard(
-        ShardWork {
-            epoch,
-            shard: 0,
-            ids,
-            batch_size,
-        },
-        &mut |b| {
-            out.push(b);
-            true
-        },
-    )?;
-    Ok(out)
+    python_workers::workers("fields.py", FIELDS, factory, collate, threads)
 }
 
 /// The bytes of tensor `name` of `batch`.
@@ -119,7 +70,7 @@ fn a_dict_of_tensors_arrives_with_its_dtypes_shapes_and_structure() {
     let (_dir, workers) = workers("make", None, 2);
     let workers = workers.unwrap();
     assert_eq!(workers.samples_per_epoch(), 40);
-    let batches = shard(&workers, 0, &[3, 9, 27, 1, 0], 2).unwrap();
+    let batches = all(&workers, 0, &[3, 9, 27, 1, 0], 2).unwrap();
     assert_eq!(batches.len(), 3);
     let first = &batches[0];
     assert_eq!(first.sample_ids, [3, 9]);
@@ -153,11 +104,11 @@ fn a_sample_is_the_same_whichever_worker_batch_or_process_makes_it() {
     let (_dir2, two) = workers("make", None, 3);
     let (one, two) = (one.unwrap(), two.unwrap());
     let noise = |b: &Batch, k: usize| field(b, "noise").0[k * 16..(k + 1) * 16].to_vec();
-    let alone = shard(&one, 2, &[17], 1).unwrap();
-    let among = shard(&two, 2, &[4, 5, 17, 6, 7, 8], 2).unwrap();
+    let alone = all(&one, 2, &[17], 1).unwrap();
+    let among = all(&two, 2, &[4, 5, 17, 6, 7, 8], 2).unwrap();
     assert_eq!(noise(&alone[0], 0), noise(&among[1], 0));
     // Another epoch draws anew; other samples differ.
-    let later = shard(&one, 3, &[17], 1).unwrap();
+    let later = all(&one, 3, &[17], 1).unwrap();
     assert_ne!(noise(&alone[0], 0), noise(&later[0], 0));
     assert_ne!(noise(&among[1], 0), noise(&among[1], 1));
 }
@@ -167,7 +118,7 @@ fn the_datasets_exception_names_the_sample_and_carries_the_traceback() {
     let (dir, workers) = workers("make", None, 2);
     let workers = workers.unwrap();
     std::fs::write(dir.path().join("raise"), "").unwrap();
-    let error = shard(&workers, 0, &[12, 13, 14], 3).unwrap_err();
+    let error = all(&workers, 0, &[12, 13, 14], 3).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(error, PipelineError::Sample { sample: 13, .. }),
@@ -187,12 +138,12 @@ fn a_killed_worker_is_replaced_and_its_batch_made_again() {
     let (dir, workers) = workers("make", None, 2);
     let workers = workers.unwrap();
     std::fs::write(dir.path().join("die-21"), "").unwrap();
-    let batches = shard(&workers, 0, &[20, 21, 22, 23], 2).unwrap();
+    let batches = all(&workers, 0, &[20, 21, 22, 23], 2).unwrap();
     let ids: Vec<u64> = batches.iter().flat_map(|b| b.sample_ids.clone()).collect();
     assert_eq!(ids, [20, 21, 22, 23]);
     assert!(dir.path().join("die-21.done").exists());
     // The pool goes on with the new worker.
-    assert_eq!(shard(&workers, 0, &[21, 30], 2).unwrap().len(), 1);
+    assert_eq!(all(&workers, 0, &[21, 30], 2).unwrap().len(), 1);
 }
 
 #[test]
@@ -200,7 +151,7 @@ fn a_batch_that_kills_every_worker_fails_after_a_bounded_number_of_deaths() {
     let (dir, workers) = workers("make", None, 1);
     let workers = workers.unwrap();
     std::fs::write(dir.path().join("always-7"), "").unwrap();
-    let error = shard(&workers, 0, &[6, 7], 2).unwrap_err();
+    let error = all(&workers, 0, &[6, 7], 2).unwrap_err();
     let text = error.to_string();
     assert!(
         matches!(error, PipelineError::WorkerDied { sample: 7, .. }),
@@ -215,22 +166,14 @@ fn a_batch_that_kills_every_worker_fails_after_a_bounded_number_of_deaths() {
 
 #[test]
 fn a_module_that_does_not_import_fails_the_start_with_its_traceback() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("fields.py"),
+    let (_dir, started) = python_workers::workers(
+        "fields.py",
         "import numpy\nraise ImportError('no module named cv9')\n",
-    )
-    .unwrap();
-    let error = Workers::start(
-        &setup(dir.path()),
-        &reference("make"),
+        "make",
         None,
-        dir.path(),
-        5,
-        Some(2),
-    )
-    .err()
-    .expect("the start fails");
+        2,
+    );
+    let error = started.err().expect("the start fails");
     let text = error.to_string();
     assert!(matches!(error, PipelineError::PythonSetup { .. }), "{text}");
     assert!(text.contains("fields.py:make"), "{text}");
@@ -242,7 +185,7 @@ fn a_module_that_does_not_import_fails_the_start_with_its_traceback() {
 fn samples_that_do_not_stack_name_the_field_the_shapes_and_the_samples() {
     // Sample 0 (the start's probe) has one element; 1 has two.
     let (_dir, workers) = workers("ragged", None, 1);
-    let error = shard(&workers.unwrap(), 0, &[3, 4], 2)
+    let error = all(&workers.unwrap(), 0, &[3, 4], 2)
         .unwrap_err()
         .to_string();
     assert!(error.contains("field `sample` does not stack"), "{error}");
@@ -256,7 +199,7 @@ fn samples_that_do_not_stack_name_the_field_the_shapes_and_the_samples() {
 #[test]
 fn a_collate_function_makes_the_batch() {
     let (_dir, workers) = workers("make", Some("sum_collate"), 1);
-    let batches = shard(&workers.unwrap(), 0, &[1, 2, 3], 3).unwrap();
+    let batches = all(&workers.unwrap(), 0, &[1, 2, 3], 3).unwrap();
     let (sum, dtype, shape) = field(&batches[0], "sample");
     assert_eq!((dtype, shape), (DType::I64, vec![2, 3]));
     assert_eq!(sum, [6i64.to_le_bytes(); 6].concat());
