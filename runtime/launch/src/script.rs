@@ -116,10 +116,7 @@ pub fn run(
             "training script finished ({} host(s) × {} process(es)){}",
             rendezvous.nodes,
             rendezvous.processes,
-            match stopped {
-                Some(signal) => format!(" after the job was stopped ({signal})"),
-                None => String::new(),
-            }
+            stop::after_stop(stopped)
         ));
     }
     // What the launcher writes before the error in the failure file (`crate::launch_with`).

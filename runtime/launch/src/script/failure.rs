@@ -54,10 +54,7 @@ impl ScriptFailed {
             ),
             (None, None) => (1, "failed".to_owned()),
         };
-        let how = match stopped {
-            Some(signal) => format!("{how} after the job was stopped ({signal})"),
-            None => how,
-        };
+        let how = format!("{how}{}", super::stop::after_stop(stopped));
         let head = format!("{prefix}training script `{script}` {how}:\n");
         let budget = (FAILURE_REASON_MAX - PLATFORM_ROOM).saturating_sub(head.chars().count());
         let lines: Vec<String> = tail.into_iter().collect();

@@ -95,3 +95,11 @@ impl Stop {
             .map(|&raw| hetgen_env::process::signal_name(raw))
     }
 }
+
+/// How a host's end reads after the job's stop reached it as `stopped` (`SIGTERM`): ` after the
+/// job was stopped (SIGTERM)`, or nothing when none did.
+pub(super) fn after_stop(stopped: Option<&str>) -> String {
+    stopped
+        .map(|signal| format!(" after the job was stopped ({signal})"))
+        .unwrap_or_default()
+}
