@@ -14,6 +14,7 @@ use hetgen_pipeline::DType;
 use numpy::ndarray::{ArrayView1, ArrayView4};
 use numpy::{PyArray1, PyArray4};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 /// The memory of one batch, kept alive by the numpy arrays that view it.
 #[pyclass(module = "hetgen._native", frozen)]
@@ -96,14 +97,14 @@ pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<Bound<'py, 
     let view = ArrayView1::from(&bytes[..]);
     // SAFETY: as in `images` below: `memory` is the array's base and owns the range.
     let buffer = unsafe { PyArray1::borrow_from_array(&view, memory.clone().into_any()) };
-    let numpy = py.import("numpy")?;
-    let ndarray = numpy.getattr("ndarray")?;
+    let numpy = Numpy::get(py)?;
+    let ndarray = numpy.ndarray.bind(py);
     let arrays = batch
         .tensors
         .iter()
         .map(|t| {
             let kwargs = pyo3::types::PyDict::new(py);
-            kwargs.set_item("dtype", numpy_dtype(&numpy, t.dtype)?)?;
+            kwargs.set_item("dtype", numpy.dtype(py, t.dtype))?;
             kwargs.set_item("buffer", &buffer)?;
             kwargs.set_item("offset", t.offset)?;
             // The tensors were checked to lie within the buffer when the batch was taken in.
@@ -122,13 +123,44 @@ pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<Bound<'py, 
     Ok(Bound::new(py, batch)?.into_any())
 }
 
-/// The numpy dtype a tensor of `dtype` is viewed as: [`DType::name`]'s, but `bfloat16`, which
-/// numpy lacks, as its raw 16 bits in a one-field structured dtype.
-fn numpy_dtype<'py>(numpy: &Bound<'py, PyModule>, dtype: DType) -> PyResult<Bound<'py, PyAny>> {
-    let make = numpy.getattr("dtype")?;
-    match dtype {
-        DType::Bf16 => make.call1((vec![(dtype.name(), "<i2")],)),
-        _ => make.call1((dtype.name(),)),
+/// numpy's `ndarray`, and the numpy dtype each [`DType`] is viewed as, made once per process
+/// rather than for every tensor of every batch.
+struct Numpy {
+    ndarray: Py<PyAny>,
+    /// By [`DType::ALL`]'s order: [`DType::name`]'s, but `bfloat16`, which numpy lacks, as its
+    /// raw 16 bits in a one-field structured dtype.
+    dtypes: Vec<Py<PyAny>>,
+}
+
+impl Numpy {
+    fn get(py: Python<'_>) -> PyResult<&'static Numpy> {
+        static NUMPY: PyOnceLock<Numpy> = PyOnceLock::new();
+        NUMPY.get_or_try_init(py, || {
+            let numpy = py.import("numpy")?;
+            let make = numpy.getattr("dtype")?;
+            let dtypes = DType::ALL
+                .iter()
+                .map(|&dtype| {
+                    let made = match dtype {
+                        DType::Bf16 => make.call1((vec![(dtype.name(), "<i2")],)),
+                        _ => make.call1((dtype.name(),)),
+                    };
+                    made.map(Bound::unbind)
+                })
+                .collect::<PyResult<_>>()?;
+            Ok(Numpy {
+                ndarray: numpy.getattr("ndarray")?.unbind(),
+                dtypes,
+            })
+        })
+    }
+
+    fn dtype<'py>(&self, py: Python<'py>, dtype: DType) -> &Bound<'py, PyAny> {
+        let i = DType::ALL
+            .iter()
+            .position(|d| *d == dtype)
+            .expect("DType::ALL has every dtype");
+        self.dtypes[i].bind(py)
     }
 }
 
