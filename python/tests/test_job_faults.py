@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import binary, processes_of
+from test_script_mode import stopped_once_streaming
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -140,26 +139,8 @@ def test_a_stopped_job_s_trainer_hosts_end_with_the_script_s_status_after_its_gr
     root = project(tmp_path, "pytorch")
     (root / "train.py").write_text(STOPPABLE)
     assert hetgen("render", cwd=root).returncode == 0
-    log = tmp_path / "deploy.log"
-    with log.open("w") as out:
-        # The grace SageMaker gives between its SIGTERM and its SIGKILL.
-        job = subprocess.Popen(
-            [binary("HETGEN_BIN"), "deploy", "--local", "--grace", "120"],
-            cwd=root,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "NO_COLOR": "1"},
-        )
-    deadline = time.monotonic() + 240
-    while len(list(root.glob("build/**/output/data/ready"))) < 2 and job.poll() is None:
-        if time.monotonic() > deadline:
-            job.kill()
-            job.wait()
-            raise AssertionError(f"the scripts never streamed:\n{log.read_text()}")
-        time.sleep(0.2)
-    job.send_signal(signal.SIGTERM)
-    job.wait(timeout=200)
-    output = log.read_text()
+    # The grace SageMaker gives between its SIGTERM and its SIGKILL.
+    output = stopped_once_streaming(root, tmp_path / "deploy.log", "--grace", "120", wait=200)
     record = job_record(root)
     assert record["status"] == "Stopped", output
     # Each script had the time its checkpoint took, and exited 0: so did its host, with no

@@ -237,27 +237,7 @@ def test_stopping_the_job_passes_sigterm_to_every_trainer_hosts_script(tmp_path)
     (root / "train.py").write_text(STOPPABLE)
     assert hetgen("render", cwd=root).returncode == 0
     # Its output goes to a file: a pipe nobody reads while the hosts start could fill up.
-    log = tmp_path / "deploy.log"
-    with log.open("w") as out:
-        deploy = subprocess.Popen(
-            [binary("HETGEN_BIN"), "deploy", "--local"],
-            cwd=root,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "NO_COLOR": "1"},
-        )
-    # Stopped once both scripts stream (as `hetgen stop` or SageMaker's max runtime would stop
-    # it), not after a fixed time: how long hosts take to start is this machine's business.
-    deadline = time.monotonic() + 240
-    while len(list(root.glob("build/**/output/data/ready"))) < 2 and deploy.poll() is None:
-        if time.monotonic() > deadline:
-            deploy.kill()
-            deploy.wait()
-            raise AssertionError(f"the scripts never streamed:\n{log.read_text()}")
-        time.sleep(0.2)
-    deploy.send_signal(signal.SIGTERM)
-    deploy.wait(timeout=120)
-    output = log.read_text()
+    output = stopped_once_streaming(root, tmp_path / "deploy.log")
     assert "Stopped" in output, output
     markers = sorted(p.read_text() for p in root.glob("build/**/output/data/sigterm"))
     assert markers == ["rank 0", "rank 1"], output
@@ -268,6 +248,31 @@ def test_stopping_the_job_passes_sigterm_to_every_trainer_hosts_script(tmp_path)
     assert all(h["signal"] is None for h in data), data
     assert processes_of(root / "build") == []
 
+
+
+def stopped_once_streaming(root: Path, log: Path, *args: str, wait: float = 120) -> str:
+    """`hetgen deploy --local ARGS` in `root`, sent SIGTERM once both scripts stream (each wrote
+    `output/data/ready`), as `hetgen stop` or SageMaker's max runtime would stop it, not after a
+    fixed time: how long hosts take to start is this machine's business. Its output, once it
+    ended (within `wait` s)."""
+    with log.open("w") as out:
+        deploy = subprocess.Popen(
+            [binary("HETGEN_BIN"), "deploy", "--local", *args],
+            cwd=root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+    deadline = time.monotonic() + 240
+    while len(list(root.glob("build/**/output/data/ready"))) < 2 and deploy.poll() is None:
+        if time.monotonic() > deadline:
+            deploy.kill()
+            deploy.wait()
+            raise AssertionError(f"the scripts never streamed:\n{log.read_text()}")
+        time.sleep(0.2)
+    deploy.send_signal(signal.SIGTERM)
+    deploy.wait(timeout=wait)
+    return log.read_text()
 
 STREAMING = """\
 import hetgen
