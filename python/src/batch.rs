@@ -9,8 +9,7 @@
 //! Labels and sample ids are `Vec`s, which numpy adopts as they are.
 
 use bytes::Bytes;
-use hetgen_pipeline::Batch;
-use hetgen_pipeline::DType;
+use hetgen_pipeline::{Batch, Contents, DType, Tensor};
 use numpy::ndarray::{ArrayView1, ArrayView4};
 use numpy::{PyArray1, PyArray4};
 use pyo3::prelude::*;
@@ -59,38 +58,58 @@ pub struct TensorBatch {
     index: u32,
 }
 
-/// `batch` as Python gets it: an [`ImageBatch`] or a [`TensorBatch`], whichever its payload is.
-pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<Bound<'py, PyAny>> {
-    let (epoch, shard, index, n) = (batch.epoch, batch.shard, batch.index, batch.len());
-    let sample_ids = PyArray1::from_vec(py, std::mem::take(&mut batch.sample_ids)).unbind();
-    if batch.tensors.is_empty() {
-        let (images, labels) = images(py, &mut batch, n)?;
-        let batch = ImageBatch {
-            images: images.unbind(),
-            labels: labels.unbind(),
-            sample_ids,
-            epoch,
-            shard,
-            index,
-        };
-        return Ok(Bound::new(py, batch)?.into_any());
+/// `batch` as Python gets it: an [`ImageBatch`] or a [`TensorBatch`], as its contents are.
+pub fn to_python(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyAny>> {
+    let Batch {
+        epoch,
+        shard,
+        index,
+        sample_ids,
+        data,
+        contents,
+    } = batch;
+    let n = sample_ids.len();
+    let sample_ids = PyArray1::from_vec(py, sample_ids).unbind();
+    match contents {
+        Contents::Images { shape, labels } => {
+            let batch = ImageBatch {
+                images: images(py, data, n, shape)?.unbind(),
+                labels: PyArray1::from_vec(py, labels).unbind(),
+                sample_ids,
+                epoch,
+                shard,
+                index,
+            };
+            Ok(Bound::new(py, batch)?.into_any())
+        }
+        Contents::Tensors { tensors, structure } => {
+            let batch = TensorBatch {
+                arrays: arrays(py, data, &tensors)?,
+                names: tensors.into_iter().map(|t| t.name).collect(),
+                structure,
+                sample_ids,
+                epoch,
+                shard,
+                index,
+            };
+            Ok(Bound::new(py, batch)?.into_any())
+        }
     }
+}
+
+/// A numpy array of each tensor over `data`.
+fn arrays(py: Python<'_>, data: Bytes, tensors: &[Tensor]) -> PyResult<Vec<Py<PyAny>>> {
     // torch's kernels expect elements at addresses aligned to their size; numpy views do not
     // care. A gRPC receive buffer puts the batch wherever the message happened to land, so a
     // batch whose tensors would be misaligned is moved once to an aligned buffer.
-    let widest = batch
-        .tensors
+    let widest = tensors.iter().map(|t| t.dtype.size()).max().unwrap_or(1);
+    let misaligned = tensors
         .iter()
-        .map(|t| t.dtype.size())
-        .max()
-        .unwrap_or(1);
-    let misaligned = batch.tensors.iter().any(|t| {
-        !(batch.data.as_ptr() as usize + t.offset as usize).is_multiple_of(t.dtype.size())
-    });
+        .any(|t| !(data.as_ptr() as usize + t.offset as usize).is_multiple_of(t.dtype.size()));
     let data = if misaligned {
-        aligned_copy(&batch.data, widest)
+        aligned_copy(&data, widest)
     } else {
-        batch.data
+        data
     };
     let memory = Bound::new(py, BatchMemory { data })?;
     let bytes = &memory.get().data;
@@ -99,8 +118,7 @@ pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<Bound<'py, 
     let buffer = unsafe { PyArray1::borrow_from_array(&view, memory.clone().into_any()) };
     let numpy = Numpy::get(py)?;
     let ndarray = numpy.ndarray.bind(py);
-    let arrays = batch
-        .tensors
+    tensors
         .iter()
         .map(|t| {
             let kwargs = pyo3::types::PyDict::new(py);
@@ -110,17 +128,7 @@ pub fn to_python<'py>(py: Python<'py>, mut batch: Batch) -> PyResult<Bound<'py, 
             // The tensors were checked to lie within the buffer when the batch was taken in.
             Ok(ndarray.call((t.shape.clone(),), Some(&kwargs))?.unbind())
         })
-        .collect::<PyResult<Vec<_>>>()?;
-    let batch = TensorBatch {
-        arrays,
-        names: batch.tensors.into_iter().map(|t| t.name).collect(),
-        structure: batch.structure,
-        sample_ids,
-        epoch,
-        shard,
-        index,
-    };
-    Ok(Bound::new(py, batch)?.into_any())
+        .collect()
 }
 
 /// numpy's `ndarray`, and the numpy dtype each [`DType`] is viewed as, made once per process
@@ -184,13 +192,14 @@ fn aligned_copy(data: &[u8], align: usize) -> Bytes {
     Bytes::from_owner(Aligned(words, data.len()))
 }
 
-/// `(images, labels)`: `uint8` `[n, h, w, c]`, `int64` `[n]`.
-type Images<'py> = (Bound<'py, PyArray4<u8>>, Bound<'py, PyArray1<i64>>);
-
-/// A built-in image batch's images and labels as numpy arrays over their own memory.
-fn images<'py>(py: Python<'py>, batch: &mut Batch, n: usize) -> PyResult<Images<'py>> {
-    let [h, w, c] = batch.shape.map(|d| d as usize);
-    let data = std::mem::take(&mut batch.data);
+/// A built-in image batch's images, `uint8` `[n, h, w, c]`, over their own memory.
+fn images<'py>(
+    py: Python<'py>,
+    data: Bytes,
+    n: usize,
+    shape: [u32; 3],
+) -> PyResult<Bound<'py, PyArray4<u8>>> {
+    let [h, w, c] = shape.map(|d| d as usize);
     let memory = Bound::new(py, BatchMemory { data })?;
     let images = &memory.get().data;
     let view = ArrayView4::from_shape((n, h, w, c), &images[..]).map_err(|e| {
@@ -206,7 +215,5 @@ fn images<'py>(py: Python<'py>, batch: &mut Batch, n: usize) -> PyResult<Images<
     // (the client's decoder split it off its buffer, which never touches bytes before its own
     // start; neither the scheduler nor the engine keeps a clone), and no Rust reference to the
     // range is used after this call.
-    let array = unsafe { PyArray4::borrow_from_array(&view, memory.clone().into_any()) };
-    let labels = PyArray1::from_vec(py, std::mem::take(&mut batch.labels));
-    Ok((array, labels))
+    Ok(unsafe { PyArray4::borrow_from_array(&view, memory.clone().into_any()) })
 }

@@ -26,7 +26,7 @@ const BATCH: usize = 128;
 const SAMPLE_BYTES: usize = 224 * 224 * 3;
 use bytes::Bytes;
 use hetgen_data::server::Batches;
-use hetgen_pipeline::{Batch, BatchStream, InputConfig, PipelineError, ShardWork};
+use hetgen_pipeline::{Batch, BatchStream, Contents, InputConfig, PipelineError, ShardWork};
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
 
@@ -62,11 +62,11 @@ impl Batches for Ready {
                 shard: work.shard,
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
-                labels: chunk.iter().map(|id| (id % 10) as i64).collect(),
                 data: self.images.slice(..chunk.len() * SAMPLE_BYTES),
-                shape: [224, 224, 3],
-                tensors: Vec::new(),
-                structure: String::new(),
+                contents: Contents::Images {
+                    shape: [224, 224, 3],
+                    labels: chunk.iter().map(|id| (id % 10) as i64).collect(),
+                },
             };
             if !emit(batch) {
                 break;

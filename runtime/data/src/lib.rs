@@ -35,7 +35,7 @@ pub mod proto {
 }
 
 /// The protocol spoken by this build; a handshake with any other version is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A shard stream that has made no progress for this long (its trainer took no batch of it) may
 /// be cancelled by its server when what it holds is wanted by a stream that progresses. The

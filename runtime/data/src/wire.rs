@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{encode_varint, encoded_len_varint};
 
-use hetgen_pipeline::{DType, Tensor};
+use hetgen_pipeline::{Contents, DType, Tensor};
 
 use crate::proto::{self, Batch};
 
@@ -33,34 +33,60 @@ pub fn dtype_from_code(code: i32) -> Option<DType> {
         .and_then(|i| DType::ALL.get(i).copied())
 }
 
-/// A batch's tensors as the .proto describes them.
-pub fn tensors_to_wire(tensors: &[Tensor]) -> Vec<proto::Tensor> {
-    tensors
-        .iter()
-        .map(|t| proto::Tensor {
-            name: t.name.clone(),
-            dtype: dtype_code(t.dtype),
-            shape: t.shape.clone(),
-            offset: t.offset,
-        })
-        .collect()
+/// A batch's contents as the .proto describes them.
+pub fn contents_to_wire(contents: Contents) -> proto::batch::Contents {
+    match contents {
+        Contents::Images { shape, labels } => proto::batch::Contents::Images(proto::Images {
+            shape: shape.to_vec(),
+            labels,
+        }),
+        Contents::Tensors { tensors, structure } => {
+            proto::batch::Contents::Tensors(proto::Tensors {
+                tensors: tensors
+                    .into_iter()
+                    .map(|t| proto::Tensor {
+                        dtype: dtype_code(t.dtype),
+                        name: t.name,
+                        shape: t.shape,
+                        offset: t.offset,
+                    })
+                    .collect(),
+                structure,
+            })
+        }
+    }
 }
 
-/// A received batch's tensors, or what is wrong with them.
-pub fn tensors_from_wire(tensors: Vec<proto::Tensor>) -> Result<Vec<Tensor>, String> {
-    tensors
-        .into_iter()
-        .map(|t| {
-            Ok(Tensor {
-                dtype: dtype_from_code(t.dtype).ok_or_else(|| {
-                    format!("tensor `{}` has an unknown dtype {}", t.name, t.dtype)
-                })?,
-                name: t.name,
-                shape: t.shape,
-                offset: t.offset,
-            })
-        })
-        .collect()
+/// A received batch's contents, or what is wrong with them (the sizes are the receiver's to
+/// check: it knows how many samples it asked for).
+pub fn contents_from_wire(contents: Option<proto::batch::Contents>) -> Result<Contents, String> {
+    match contents {
+        None => Err("no contents".to_owned()),
+        Some(proto::batch::Contents::Images(images)) => Ok(Contents::Images {
+            shape: images
+                .shape
+                .try_into()
+                .map_err(|shape| format!("images of shape {shape:?}, not [h, w, c]"))?,
+            labels: images.labels,
+        }),
+        Some(proto::batch::Contents::Tensors(tensors)) => Ok(Contents::Tensors {
+            tensors: tensors
+                .tensors
+                .into_iter()
+                .map(|t| {
+                    Ok(Tensor {
+                        dtype: dtype_from_code(t.dtype).ok_or_else(|| {
+                            format!("tensor `{}` has an unknown dtype {}", t.name, t.dtype)
+                        })?,
+                        name: t.name,
+                        shape: t.shape,
+                        offset: t.offset,
+                    })
+                })
+                .collect::<Result<_, String>>()?,
+            structure: tensors.structure,
+        }),
+    }
 }
 
 /// The frame of `batch`: its head, then its images (empty when the batch has none).
@@ -97,16 +123,12 @@ mod tests {
             index: 2,
             last: true,
             sample_ids: vec![5, 9, 300_000],
-            labels: vec![1, 0, 7],
             data: images.into(),
             checksum: 0xdead_beef,
-            tensors: vec![proto::Tensor {
-                name: "image".into(),
-                dtype: 1,
-                shape: vec![3],
-                offset: 0,
-            }],
-            structure: "0".into(),
+            contents: Some(proto::batch::Contents::Images(proto::Images {
+                shape: vec![1, 1, 1],
+                labels: vec![1, 0, 7],
+            })),
         }
     }
 
@@ -146,6 +168,33 @@ mod tests {
         }
         assert_eq!(dtype_from_code(0), None);
         assert_eq!(dtype_from_code(11), None);
+    }
+
+    #[test]
+    fn contents_cross_the_wire_as_they_are() {
+        let images = Contents::Images {
+            shape: [2, 3, 1],
+            labels: vec![4, -1],
+        };
+        let tensors = Contents::Tensors {
+            tensors: vec![Tensor {
+                name: "target.boxes".into(),
+                dtype: DType::Bf16,
+                shape: vec![2, 4],
+                offset: 8,
+            }],
+            structure: r#"{"dict": [["target", {"dict": [["boxes", 0]]}]]}"#.into(),
+        };
+        for contents in [images, tensors] {
+            let wire = contents_to_wire(contents.clone());
+            assert_eq!(contents_from_wire(Some(wire)).unwrap(), contents);
+        }
+        assert!(contents_from_wire(None).is_err());
+        let flat = proto::batch::Contents::Images(proto::Images {
+            shape: vec![6],
+            labels: vec![],
+        });
+        assert!(contents_from_wire(Some(flat)).unwrap_err().contains("[6]"));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::image::{Image, Payload};
 use crate::ops;
 use crate::source::{self, Source};
 use crate::stage::{Stage, StageRegistry};
-use crate::{Batch, SampleRng};
+use crate::{Batch, Contents, SampleRng};
 
 /// What [`Engine::run_shard`] is asked to make: the samples of one shard (or of its tail, when
 /// a consumer resumes mid-shard) and how to cut them into batches.
@@ -304,11 +304,11 @@ impl Engine {
                 shard,
                 index: index as u32,
                 sample_ids: chunk.to_vec(),
-                labels,
                 data: images.into(),
-                shape: self.shape,
-                tensors: Vec::new(),
-                structure: String::new(),
+                contents: Contents::Images {
+                    shape: self.shape,
+                    labels,
+                },
             };
             if !emit(batch) {
                 break;

@@ -7,7 +7,7 @@
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use hetgen_pipeline::{Batch, BatchStream, Position};
+use hetgen_pipeline::{Batch, BatchStream, Contents, Position};
 use tch::{Device, Kind, Tensor};
 
 use crate::TrainError;
@@ -52,11 +52,11 @@ pub(crate) struct Check {
 impl Check {
     /// Validates `batch` and turns it into host tensors.
     pub fn prepare(&self, batch: Batch) -> Result<HostBatch, TrainError> {
-        self.validate(&batch)?;
-        let [h, w, c] = batch.shape.map(i64::from);
+        let labels = self.validate(&batch)?;
+        let [h, w, c] = self.shape.map(i64::from);
         let n = batch.len() as i64;
         let mut images = Tensor::f_from_slice(&batch.data)?.f_view([n, h, w, c])?;
-        let mut labels = Tensor::f_from_slice(&batch.labels)?;
+        let mut labels = Tensor::f_from_slice(labels)?;
         if self.pin {
             images = images.f_pin_memory(Device::Cuda(0))?;
             labels = labels.f_pin_memory(Device::Cuda(0))?;
@@ -69,42 +69,46 @@ impl Check {
         })
     }
 
-    /// Shape, sizes and labels of `batch`.
-    pub fn validate(&self, batch: &Batch) -> Result<(), TrainError> {
-        if batch.shape != self.shape {
-            return Err(TrainError::Shape {
-                got: batch.shape,
-                want: self.shape,
-            });
-        }
+    /// Kind, shape, sizes and labels of `batch`; its labels when they all hold.
+    pub fn validate<'a>(&self, batch: &'a Batch) -> Result<&'a [i64], TrainError> {
         let malformed = |why: String| TrainError::Malformed {
             epoch: batch.epoch,
             shard: batch.shard,
             index: batch.index,
             why,
         };
+        let (shape, labels) = match &batch.contents {
+            Contents::Images { shape, labels } => (*shape, labels),
+            Contents::Tensors { .. } => {
+                return Err(malformed(
+                    "a Python dataset's tensors: this trainer trains on the built-in pipeline's images"
+                        .to_owned(),
+                ));
+            }
+        };
+        if shape != self.shape {
+            return Err(TrainError::Shape {
+                got: shape,
+                want: self.shape,
+            });
+        }
         let n = batch.len();
         if n == 0 {
             return Err(malformed("the batch holds no sample".to_owned()));
         }
-        let pixels = batch.shape.iter().map(|&d| d as usize).product::<usize>();
+        let pixels = shape.iter().map(|&d| d as usize).product::<usize>();
         if Some(batch.data.len()) != n.checked_mul(pixels) {
             return Err(malformed(format!(
-                "{} pixel bytes for {n} samples of {:?} (want {})",
+                "{} pixel bytes for {n} samples of {shape:?} (want {})",
                 batch.data.len(),
-                batch.shape,
                 n.saturating_mul(pixels)
             )));
         }
-        if batch.labels.len() != n {
-            return Err(malformed(format!(
-                "{} labels for {n} samples",
-                batch.labels.len()
-            )));
+        if labels.len() != n {
+            return Err(malformed(format!("{} labels for {n} samples", labels.len())));
         }
         let classes = i64::from(self.classes);
-        if let Some((label, sample)) = batch
-            .labels
+        if let Some((label, sample)) = labels
             .iter()
             .zip(&batch.sample_ids)
             .find(|(label, _)| !(0..classes).contains(*label))
@@ -115,7 +119,7 @@ impl Check {
                 classes: self.classes,
             });
         }
-        Ok(())
+        Ok(labels)
     }
 }
 
@@ -278,11 +282,11 @@ mod tests {
             shard: 1,
             index: 2,
             sample_ids: (0..n as u64).collect(),
-            labels: vec![0; n],
             data: vec![0; n * pixels].into(),
-            shape,
-            tensors: Vec::new(),
-            structure: String::new(),
+            contents: Contents::Images {
+                shape,
+                labels: vec![0; n],
+            },
         }
     }
 
@@ -309,13 +313,13 @@ mod tests {
             Err(TrainError::Malformed { .. })
         ));
         let mut labels = batch([4, 4, 1], 2);
-        labels.labels.push(1);
+        labels_of(&mut labels).push(1);
         assert!(matches!(
             CHECK.validate(&labels),
             Err(TrainError::Malformed { .. })
         ));
         let mut label = batch([4, 4, 1], 2);
-        label.labels[1] = 3;
+        labels_of(&mut label)[1] = 3;
         assert!(matches!(
             CHECK.validate(&label),
             Err(TrainError::Label {
@@ -328,6 +332,24 @@ mod tests {
             CHECK.validate(&batch([4, 4, 1], 0)),
             Err(TrainError::Malformed { .. })
         ));
+        let tensors = Batch {
+            contents: Contents::Tensors {
+                tensors: Vec::new(),
+                structure: String::new(),
+            },
+            ..batch([4, 4, 1], 2)
+        };
+        assert!(matches!(
+            CHECK.validate(&tensors),
+            Err(TrainError::Malformed { why, .. }) if why.contains("Python dataset")
+        ));
+    }
+
+    fn labels_of(batch: &mut Batch) -> &mut Vec<i64> {
+        match &mut batch.contents {
+            Contents::Images { labels, .. } => labels,
+            Contents::Tensors { .. } => unreachable!(),
+        }
     }
 
     #[test]

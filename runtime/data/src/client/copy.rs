@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hetgen_pipeline::{Batch, Batches, ShardWork};
-use hetgen_spec::model::Pipeline;
+use hetgen_pipeline::{Batch, Batches, Contents, ShardWork};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -176,41 +175,43 @@ impl ShardTask {
         {
             return wrong("the wrong samples");
         }
-        let (shape, tensors) = match shape.as_deref() {
-            Some(&[h, w, c]) => {
-                let sample_bytes = [h, w, c].iter().map(|d| *d as usize).product::<usize>();
-                if message.labels.len() != expected.len()
+        let contents = match crate::wire::contents_from_wire(message.contents) {
+            Ok(contents) => contents,
+            Err(why) => return wrong(&why),
+        };
+        // The contents must be what the server announced, of the size the samples take.
+        match (&contents, shape.as_deref()) {
+            (Contents::Images { shape, labels }, Some(announced)) => {
+                let sample_bytes = shape.iter().map(|d| *d as usize).product::<usize>();
+                if shape[..] != *announced
+                    || labels.len() != expected.len()
                     || message.data.len() != expected.len() * sample_bytes
-                    || !message.tensors.is_empty()
                 {
                     return wrong("a wrong payload size");
                 }
-                ([h, w, c], Vec::new())
             }
-            _ => {
-                let tensors = match crate::wire::tensors_from_wire(message.tensors) {
-                    Ok(t) => t,
-                    Err(why) => return wrong(&why),
-                };
-                if !message.labels.is_empty() || tensors.is_empty() {
-                    return wrong("a payload that is not a dataset's tensors");
+            (Contents::Tensors { tensors, .. }, None) => {
+                if tensors.is_empty() {
+                    return wrong("no tensors");
                 }
-                if let Err(why) = hetgen_pipeline::Tensor::check_all(&tensors, message.data.len()) {
+                if let Err(why) = hetgen_pipeline::Tensor::check_all(tensors, message.data.len()) {
                     return wrong(&why);
                 }
-                (Pipeline::UNKNOWN_SHAPE, tensors)
             }
-        };
+            (Contents::Images { .. }, None) => {
+                return wrong("images where the server announced a dataset's tensors");
+            }
+            (Contents::Tensors { .. }, Some(_)) => {
+                return wrong("a dataset's tensors where the server announced images");
+            }
+        }
         let batch = Batch {
             epoch: self.epoch,
             shard: self.shard_id,
             index,
             sample_ids: message.sample_ids,
-            labels: message.labels,
             data: message.data,
-            shape,
-            tensors,
-            structure: message.structure,
+            contents,
         };
         if batch_checksum(&batch) != message.checksum {
             return wrong("a bad checksum");

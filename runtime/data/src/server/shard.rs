@@ -248,11 +248,9 @@ fn to_message(batch: hetgen_pipeline::Batch, from: u32, batches: u32) -> Batch {
         index,
         last: index + 1 == batches,
         sample_ids: batch.sample_ids,
-        labels: batch.labels,
         data: batch.data,
         checksum,
-        tensors: crate::wire::tensors_to_wire(&batch.tensors),
-        structure: batch.structure,
+        contents: Some(crate::wire::contents_to_wire(batch.contents)),
     }
 }
 

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use hetgen_spec::model::{Pipeline, PythonRef};
 
 use crate::engine::{BACKGROUND_NICE, lower_priority};
-use crate::{Batch, Batches, PipelineError, ShardWork};
+use crate::{Batch, Batches, Contents, PipelineError, ShardWork};
 use make::{serve, user_error};
 use process::{Failed, Made, Process};
 use protocol::Setup;
@@ -482,11 +482,11 @@ impl Batches for Workers {
                     shard: work.shard,
                     index: index as u32,
                     sample_ids: ids.to_vec(),
-                    labels: Vec::new(),
                     data: made.data,
-                    shape: Pipeline::UNKNOWN_SHAPE,
-                    tensors: made.tensors,
-                    structure: made.structure,
+                    contents: Contents::Tensors {
+                        tensors: made.tensors,
+                        structure: made.structure,
+                    },
                 };
                 if !emit(batch) {
                     break;

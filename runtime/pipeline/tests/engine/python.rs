@@ -3,7 +3,7 @@
 //! way the user's code or a worker can fail.
 
 use hetgen_pipeline::python::Workers;
-use hetgen_pipeline::{Batch, Batches, DType, PipelineError};
+use hetgen_pipeline::{Batch, Batches, Contents, DType, PipelineError, Tensor};
 
 use crate::python_workers::{self, all};
 
@@ -53,13 +53,21 @@ fn workers(
     python_workers::workers("fields.py", FIELDS, factory, collate, threads)
 }
 
+/// The tensors of a Python dataset's batch, and how they nest.
+fn tensors(batch: &Batch) -> (&[Tensor], &str) {
+    match &batch.contents {
+        Contents::Tensors { tensors, structure } => (tensors, structure),
+        Contents::Images { .. } => panic!("a batch of images where tensors were due: {batch:?}"),
+    }
+}
+
 /// The bytes of tensor `name` of `batch`.
 fn field<'a>(batch: &'a Batch, name: &str) -> (&'a [u8], DType, Vec<u64>) {
-    let t = batch
-        .tensors
+    let tensors = tensors(batch).0;
+    let t = tensors
         .iter()
         .find(|t| t.name == name)
-        .unwrap_or_else(|| panic!("no tensor `{name}` in {:?}", batch.tensors));
+        .unwrap_or_else(|| panic!("no tensor `{name}` in {tensors:?}"));
     let start = t.offset as usize;
     let end = start + t.bytes().unwrap() as usize;
     (&batch.data[start..end], t.dtype, t.shape.clone())
@@ -75,7 +83,7 @@ fn a_dict_of_tensors_arrives_with_its_dtypes_shapes_and_structure() {
     let first = &batches[0];
     assert_eq!(first.sample_ids, [3, 9]);
     assert_eq!(
-        first.structure,
+        tensors(first).1,
         r#"{"dict": [["image", 0], ["target", {"tuple": [1, 2]}], ["noise", 3]]}"#
     );
     let (image, dtype, shape) = field(first, "image");

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use hetgen_pipeline::{Batch, BatchStream, BoxError, Position};
+use hetgen_pipeline::{Batch, BatchStream, BoxError, Contents, Position};
 use hetgen_spec::model::{BuiltinTrainer, Job, Length, Model, Trainer};
 use hetgen_trainer::{Options, Paths, StepRecord, Summary, TrainError};
 
@@ -170,15 +170,15 @@ impl BatchStream for Squares {
             epoch: self.epoch,
             shard: self.shard,
             index: self.index,
-            labels: ids.iter().map(|&i| label(i)).collect(),
+            contents: Contents::Images {
+                shape: self.shape,
+                labels: ids.iter().map(|&i| label(i)).collect(),
+            },
             data: ids
                 .iter()
                 .flat_map(|&i| image(self.seed, self.epoch, i, self.shape))
                 .collect(),
             sample_ids: ids,
-            shape: self.shape,
-            tensors: Vec::new(),
-            structure: String::new(),
         };
         self.position
             .advance(self.epoch, self.shard, self.index, batches(self.shard));
