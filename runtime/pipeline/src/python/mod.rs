@@ -18,6 +18,7 @@
 mod make;
 mod process;
 mod protocol;
+mod segments;
 mod stack;
 pub mod usage;
 
@@ -38,6 +39,7 @@ use crate::{Batch, Batches, Contents, PipelineError, ShardWork};
 use make::{serve, user_error};
 use process::{Failed, Made, Process};
 use protocol::Setup;
+pub use segments::SEGMENTS;
 
 /// The worker's source, written into the shared-memory folder and run by the job's Python.
 const WORKER_PY: &str = include_str!("worker.py");
@@ -226,6 +228,11 @@ impl Workers {
     /// CPU time and memory of the worker processes alive now (`hetgen profile`'s measure).
     pub fn usage(&self) -> usage::Usage {
         usage::of(&self.pool.pids())
+    }
+
+    /// The operating system's ids of the worker processes alive now.
+    pub fn pids(&self) -> Vec<u32> {
+        self.pool.pids()
     }
 
     /// Sets the per-sample deadline from now on (it is [`SAMPLE_TIMEOUT_VAR`] at the start,

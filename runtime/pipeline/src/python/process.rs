@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::protocol::{ErrorKind, MadeBatch, Reply, Request, Setup};
+use super::segments::Ring;
 use super::stack;
 use crate::tensor::Tensor;
 
@@ -78,6 +79,8 @@ pub(super) struct Process {
     stack_file: PathBuf,
     /// Its progress slot (`worker.py` describes it), mapped.
     progress: Slot,
+    /// The shared memory it writes batches into.
+    ring: Ring,
 }
 
 /// A worker's progress slot: 16 bytes of a shared-memory file that the worker writes before
@@ -183,6 +186,7 @@ impl Process {
             seed: setup.seed,
             stack_file,
             progress,
+            ring: Ring::new(),
         };
         let sent = process.send(&Request::Setup(setup));
         // Building the dataset may take minutes (downloads, indexes): the caller hears of it.
@@ -228,8 +232,13 @@ impl Process {
     ) -> Result<Made, Failed> {
         self.next_file += 1;
         let file = format!("{}-{}", self.name, self.next_file);
-        let reply = self.ask(&Request::batch(self.seed, epoch, ids, &file), deadline)?;
+        let segment = self.ring.lend();
+        let request = Request::batch(self.seed, epoch, ids, &file, segment);
+        let reply = self
+            .ask(&request, deadline)
+            .inspect_err(|_| self.ring.give_back(None))?;
         let Reply::Made(made) = reply else {
+            self.ring.give_back(None);
             return Err(self.broke(
                 format!("it answered a batch with {reply:?}"),
                 Doing::Collate,
@@ -362,38 +371,16 @@ impl Process {
         }
     }
 
-    /// The batch the worker wrote to `file`, mapped: its pages are the batch's bytes from here
-    /// to the socket. The file is unlinked at once, so the memory is the mapping's alone and
-    /// returns to the system when the last `Bytes` of it is dropped.
-    fn collect(&self, file: &str, made: MadeBatch) -> Result<Made, String> {
+    /// The batch the worker wrote, where it says it put it (a segment of its ring, or the
+    /// one-off `file`), as the bytes handed on from here to the socket.
+    fn collect(&mut self, file: &str, made: MadeBatch) -> Result<Made, String> {
         let MadeBatch {
+            placed,
             bytes,
             tensors,
             structure,
         } = made;
-        let bytes = bytes as usize;
-        let data = if bytes == 0 {
-            Bytes::new()
-        } else {
-            let path = self.dir.join(file);
-            let opened = std::fs::File::open(&path);
-            let _ = std::fs::remove_file(&path);
-            let opened = opened.map_err(|e| format!("{}: {e}", path.display()))?;
-            // A private mapping: a consumer that writes into the batch (numpy arrays over it
-            // are writable, as `torch.from_numpy` expects) gets its own copy of that page.
-            // SAFETY: the file is this worker's, written in full before it answered, and
-            // already unlinked: nothing writes to it again while the mapping lives.
-            let map = unsafe { memmap2::MmapOptions::new().map_copy(&opened) }
-                .map_err(|e| format!("cannot map {}: {e}", path.display()))?;
-            if map.len() != bytes {
-                return Err(format!(
-                    "{} holds {} bytes, not {bytes}",
-                    path.display(),
-                    map.len()
-                ));
-            }
-            Bytes::from_owner(map)
-        };
+        let data = self.ring.take(placed, &self.dir, file, bytes as usize)?;
         Tensor::check_all(&tensors, data.len())?;
         Ok(Made {
             data,

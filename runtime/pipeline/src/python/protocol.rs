@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::segments::{Lent, Placed};
 use crate::rng::python_seed;
 use crate::tensor::{DType, Tensor};
 use hetgen_spec::model::PythonRef;
@@ -52,13 +53,15 @@ impl Setup {
 pub(super) enum Request<'a> {
     /// Build the dataset; answered by [`Reply::Ready`].
     Setup(&'a Setup),
-    /// Make these samples, collate them and write the batch to `file` of the shared-memory
-    /// folder; answered by [`Reply::Made`].
+    /// Make these samples, collate them and write the batch into the segment lent (see
+    /// [`super::segments`]), else to `file` of the shared-memory folder; answered by
+    /// [`Reply::Made`]. A segment the worker must make (new, or larger) is made as `file`.
     Batch {
         ids: &'a [u64],
         /// Each sample's seed, in the order of `ids`.
         seeds: Vec<u64>,
         file: &'a str,
+        segment: Option<Lent>,
     },
     /// Make these samples one after another and drop them, not collated (is one of them what
     /// kills the worker?); answered by [`Reply::Probed`].
@@ -66,12 +69,19 @@ pub(super) enum Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    /// Samples `ids` of `epoch` in a job seeded with `seed`, written to `file`.
-    pub(super) fn batch(seed: u64, epoch: u32, ids: &'a [u64], file: &'a str) -> Self {
+    /// Samples `ids` of `epoch` in a job seeded with `seed`, written into `segment` or `file`.
+    pub(super) fn batch(
+        seed: u64,
+        epoch: u32,
+        ids: &'a [u64],
+        file: &'a str,
+        segment: Option<Lent>,
+    ) -> Self {
         Request::Batch {
             ids,
             seeds: seeds(seed, epoch, ids),
             file,
+            segment,
         }
     }
 
@@ -105,7 +115,9 @@ pub(super) enum Reply {
 /// A batch the worker wrote.
 #[derive(Debug, Deserialize)]
 pub(super) struct MadeBatch {
-    /// The file's size.
+    /// Where.
+    pub placed: Placed,
+    /// The batch's size.
     pub bytes: u64,
     /// Its tensors, at their offsets.
     pub tensors: Vec<Tensor>,
@@ -149,9 +161,19 @@ mod tests {
     #[test]
     fn requests_and_replies_have_the_shapes_worker_py_reads_and_writes() {
         let ids = [3, 9];
-        let batch = serde_json::to_value(Request::batch(7, 1, &ids, "w0-1")).unwrap();
+        let lent = Lent {
+            index: 2,
+            capacity: 4096,
+        };
+        let batch = serde_json::to_value(Request::batch(7, 1, &ids, "w0-1", Some(lent))).unwrap();
         assert_eq!(batch["batch"]["ids"], serde_json::json!([3, 9]));
         assert_eq!(batch["batch"]["file"], "w0-1");
+        assert_eq!(
+            batch["batch"]["segment"],
+            serde_json::json!({"index": 2, "capacity": 4096})
+        );
+        let none = serde_json::to_value(Request::batch(7, 1, &ids, "w0-1", None)).unwrap();
+        assert!(none["batch"]["segment"].is_null());
         // The epoch is in the seeds; the worker needs no other use of it.
         assert!(batch["batch"].get("epoch").is_none());
         assert_eq!(
@@ -159,13 +181,24 @@ mod tests {
             serde_json::json!([python_seed(7, 1, 3), python_seed(7, 1, 9)])
         );
         let made: Reply = serde_json::from_str(
-            r#"{"made": {"bytes": 8, "tensors": [{"name": "x", "dtype": "bfloat16", "shape": [4], "offset": 0}], "structure": "0"}}"#,
+            r#"{"made": {"placed": {"new_segment": {"capacity": 4096}}, "bytes": 8, "tensors": [{"name": "x", "dtype": "bfloat16", "shape": [4], "offset": 0}], "structure": "0"}}"#,
         )
         .unwrap();
         let Reply::Made(made) = made else {
             panic!("{made:?}")
         };
         assert_eq!(made.tensors[0].dtype, DType::Bf16);
+        assert_eq!(made.placed, Placed::NewSegment { capacity: 4096 });
+        for (placed, want) in [
+            (r#""file""#, Placed::File),
+            (r#""segment""#, Placed::Segment),
+        ] {
+            let made: Reply = serde_json::from_str(&format!(
+                r#"{{"made": {{"placed": {placed}, "bytes": 0, "tensors": [], "structure": "0"}}}}"#
+            ))
+            .unwrap();
+            assert!(matches!(made, Reply::Made(m) if m.placed == want));
+        }
         let error: Reply = serde_json::from_str(
             r#"{"error": {"kind": "getitem", "message": "KeyError", "sample": 5}}"#,
         )

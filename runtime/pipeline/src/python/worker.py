@@ -7,8 +7,10 @@ HETGEN_WORKER_SOCKET: 4-byte little-endian lengths, each followed by that many b
 
     pipeline -> worker   {"setup": {..., "dtypes": {NAME: SIZE, ...}}}   once
     worker -> pipeline   {"ready": {"len": N}}                or {"error": {...}}, then exit
-    pipeline -> worker   {"batch": {"ids": [...], "seeds": [...], "file": NAME}}
-    worker -> pipeline   {"made": {"bytes": B, "tensors": [...], "structure": "..."}}
+    pipeline -> worker   {"batch": {"ids": [...], "seeds": [...], "file": NAME,
+                                    "segment": {"index": I, "capacity": C} or null}}
+    worker -> pipeline   {"made": {"placed": "file" | "segment" | {"new_segment": {...}},
+                                   "bytes": B, "tensors": [...], "structure": "..."}}
                          or {"error": {"kind": ..., "message": ..., "sample": ID?}}
     pipeline -> worker   {"probe": {"ids": [...], "seeds": [...]}}  (made, not collated)
     worker -> pipeline   {"probed": N} or {"error": ...}
@@ -28,8 +30,11 @@ HETGEN_WORKER_STACK and the worker ends by that signal. A probe makes samples wi
 them: after a worker died, the pipeline probes the samples alone to find the one that kills it.
 
 A batch's tensors are written one after another (each at a 64-byte aligned offset) into the
-file NAME of the shared-memory folder, which the pipeline maps and sends as it is: the batch is
-never copied again on this host. The worker writes nothing else to stdout or stderr, so the
+segment of shared memory the pipeline lent for it (one of a few this worker keeps mapped and
+reuses, so that no page is faulted in or zeroed again; it makes one as the file NAME when it
+has none of that index, or the batch outgrew it), or, when the pipeline lent none because all
+still hold batches, into the one-off file NAME. The pipeline maps what it has not mapped and
+sends the batch as it is: the batch is never copied again on this host. The worker writes nothing else to stdout or stderr, so the
 dataset's own prints and warnings reach the host's log untouched.
 
 Randomness: before each ``__getitem__`` the worker seeds Python's ``random``, numpy's global
@@ -61,6 +66,8 @@ import time
 import traceback
 
 ALIGN = 64
+# Segments are made in multiples of this (a multiple of every page size).
+SEGMENT_STEP = 64 << 10
 
 
 def seed_everything(seed):
@@ -279,8 +286,48 @@ def collated_plan(batch):
     return structure, fields
 
 
-def write(shm_dir, file_name, fields, stacked):
-    """Write the fields into a new shared-memory file; their descriptions for the wire."""
+class Segments:
+    """The shared memory this worker writes batches into, reused batch after batch (the
+    pipeline's ``python/segments.rs`` lends one per batch): segment index -> its mapping, made
+    when first lent (or lent too small) and kept while the worker lives. The pipeline unlinks
+    each segment's file as soon as it has mapped it."""
+
+    def __init__(self, shm_dir):
+        self.shm_dir = shm_dir
+        self.maps = {}
+
+    def place(self, file_name, lent, total):
+        """Memory for a ``total``-byte batch: ``(memory, placed, path)``, with ``path`` the file
+        to remove should the pipeline never take the batch (None for a segment it mapped)."""
+        if lent is None:
+            return self._create(file_name, total), "file", os.path.join(self.shm_dir, file_name)
+        memory = self.maps.get(lent["index"])
+        if memory is not None and len(memory) == lent["capacity"] and total <= len(memory):
+            return memory, "segment", None
+        # New, or too small: room to spare, so that batches that vary a little fit next time.
+        capacity = -(-(total + total // 8) // SEGMENT_STEP) * SEGMENT_STEP
+        if memory is not None:
+            memory.close()
+        memory = self.maps[lent["index"]] = self._create(file_name, capacity)
+        placed = {"new_segment": {"capacity": capacity}}
+        return memory, placed, os.path.join(self.shm_dir, file_name)
+
+    def _create(self, file_name, size):
+        path = os.path.join(self.shm_dir, file_name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            return mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+
+
+def write(segments, file_name, lent, fields, stacked):
+    """Write the fields into the segment lent (or a one-off file); their descriptions for the
+    wire, the batch's size, where it went, and the file to remove if the batch is not taken."""
     import numpy as np
 
     tensors, offset = [], 0
@@ -291,27 +338,26 @@ def write(shm_dir, file_name, fields, stacked):
         offset += size
     total = offset
     if total == 0:
-        return tensors, 0
-    path = os.path.join(shm_dir, file_name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        return tensors, 0, "file", None
+    memory, placed, path = segments.place(file_name, lent, total)
     try:
-        os.ftruncate(fd, total)
-        with mmap.mmap(fd, total) as memory:
-            for tensor, (_, dtype, shape, source) in zip(tensors, fields):
-                storage = np.int16 if dtype == BF16 else np.dtype(dtype)
-                out = np.ndarray(shape, dtype=storage, buffer=memory, offset=tensor["offset"])
-                if stacked:
-                    for i, array in enumerate(source):
-                        out[i] = array
-                else:
-                    out[...] = source
-                del out
+        for tensor, (_, dtype, shape, source) in zip(tensors, fields):
+            storage = np.int16 if dtype == BF16 else np.dtype(dtype)
+            out = np.ndarray(shape, dtype=storage, buffer=memory, offset=tensor["offset"])
+            if stacked:
+                for i, array in enumerate(source):
+                    out[i] = array
+            else:
+                out[...] = source
+            del out
     except BaseException:
-        os.unlink(path)
+        if path is not None:
+            os.unlink(path)
         raise
     finally:
-        os.close(fd)
-    return tensors, total
+        if placed == "file":
+            memory.close()
+    return tensors, total, placed, path
 
 
 # --- the conversation -----------------------------------------------------------------------
@@ -379,7 +425,8 @@ def getitem(progress, dataset, sid, seed):
         raise Failure("getitem", user_traceback(), sid) from None
 
 
-def make(progress, dataset, collate, setup, ids, seeds, file_name):
+def make(progress, dataset, collate, segments, request):
+    ids, seeds = request["ids"], request["seeds"]
     samples = [getitem(progress, dataset, sid, seed) for sid, seed in zip(ids, seeds)]
     progress.collating()
     if collate is None:
@@ -392,8 +439,11 @@ def make(progress, dataset, collate, setup, ids, seeds, file_name):
             raise Failure("collate", user_traceback()) from None
         structure, fields = collated_plan(batch)
         stacked = False
-    tensors, total = write(setup["shm_dir"], file_name, fields, stacked)
-    return {"bytes": total, "tensors": tensors, "structure": json.dumps(structure)}
+    tensors, total, placed, path = write(
+        segments, request["file"], request.get("segment"), fields, stacked
+    )
+    made = {"placed": placed, "bytes": total, "tensors": tensors, "structure": json.dumps(structure)}
+    return made, path
 
 
 def probe(progress, dataset, ids, seeds):
@@ -489,6 +539,7 @@ def arm_stack_dump():
 
 def serve(conn, dataset, collate, setup):
     progress = Progress(os.environ["HETGEN_WORKER_PROGRESS"])
+    segments = Segments(setup["shm_dir"])
     while True:
         message = receive(conn)
         if message is None:
@@ -499,19 +550,16 @@ def serve(conn, dataset, collate, setup):
                 probed = probe(progress, dataset, request["ids"], request["seeds"])
                 send(conn, {"probed": probed})
                 continue
-            request = message["batch"]
-            made = make(
-                progress, dataset, collate, setup, request["ids"], request["seeds"], request["file"]
-            )
+            made, path = make(progress, dataset, collate, segments, message["batch"])
             try:
                 send(conn, {"made": made})
             except (BrokenPipeError, ConnectionError):
-                # The pipeline died (SIGKILL, the OOM killer) before it took the batch: its
-                # shared memory would outlive both processes, so it goes now (unless the folder
-                # went already).
-                if made["bytes"]:
+                # The pipeline died (SIGKILL, the OOM killer) before it took the batch: a file
+                # it did not map and unlink would outlive both processes, so it goes now
+                # (unless the folder went already).
+                if path is not None:
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(setup["shm_dir"], request["file"]))
+                        os.unlink(path)
                 raise
         except Failure as failure:
             error = {"kind": failure.kind, "message": failure.message}

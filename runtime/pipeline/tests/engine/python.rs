@@ -2,10 +2,10 @@
 //! `make test` puts the torch venv first): tensors and structure, the randomness rule, and every
 //! way the user's code or a worker can fail.
 
-use hetgen_pipeline::python::Workers;
+use hetgen_pipeline::python::{SEGMENTS, Workers};
 use hetgen_pipeline::{Batch, Batches, Contents, DType, PipelineError, Tensor};
 
-use crate::python_workers::{self, all};
+use crate::python_workers::{self, all, shard};
 
 /// Fields of three dtypes and shapes, from the sample id alone, plus one drawn from numpy's
 /// global generator (seeded by the worker per sample).
@@ -104,6 +104,57 @@ fn a_dict_of_tensors_arrives_with_its_dtypes_shapes_and_structure() {
     // The last batch is short.
     assert_eq!(batches[2].sample_ids, [0]);
     assert_eq!(field(&batches[2], "image").2, vec![1, 2, 3]);
+}
+
+/// Shared-memory segments the worker `pid` keeps mapped: files of a pool's folder, unlinked.
+fn segments_mapped(pid: u32) -> usize {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut files: Vec<&str> = maps
+        .lines()
+        .filter(|l| l.contains("/hetgen-") && l.ends_with("(deleted)"))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    files.dedup();
+    files.len()
+}
+
+#[test]
+fn a_worker_reuses_its_shared_memory_and_never_overwrites_a_held_batch() {
+    let (_dir, workers) = workers("make", None, 1);
+    let workers = workers.unwrap();
+    let image = |batch: &Batch| field(batch, "image").0.to_vec();
+    let want = |batch: &Batch| -> Vec<u8> {
+        batch
+            .sample_ids
+            .iter()
+            .flat_map(|&id| [id as u8; 6])
+            .collect()
+    };
+    // Every batch of an epoch held at once: more than the worker has segments, so the rest go
+    // to files of their own, and none is written over while it is held.
+    let ids: Vec<u64> = (0..40).collect();
+    let held = all(&workers, 0, &ids, 2).unwrap();
+    assert_eq!(held.len(), 20);
+    for batch in &held {
+        assert_eq!(image(batch), want(batch));
+    }
+    let pid = workers.pids()[0];
+    let mapped = segments_mapped(pid);
+    assert!((1..=SEGMENTS).contains(&mapped), "{mapped} segments");
+    drop(held);
+    // Batches let go of as they come: the same segments again, grown for larger batches.
+    for (epoch, batch_size) in [(1, 2), (2, 8), (3, 3)] {
+        shard(&workers, epoch, &ids, batch_size, &mut |batch| {
+            assert_eq!(image(&batch), want(&batch));
+            true
+        })
+        .unwrap();
+        let now = segments_mapped(pid);
+        assert!(
+            (1..=SEGMENTS).contains(&now),
+            "{now} segments after epoch {epoch}"
+        );
+    }
 }
 
 #[test]
