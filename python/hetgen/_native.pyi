@@ -87,3 +87,29 @@ class NativeLoader:
     def restart(self, position: str) -> None: ...
     def close(self) -> None: ...
     def shutdown(self, reason: str, failed: bool = False) -> list[tuple[str, str]]: ...
+
+class _Image:
+    """hetgen's image operations (`hetgen.image` wraps them)."""
+
+    MAX_SIDE: int
+    def decode(self, source: Any, channels: int) -> np.ndarray: ...
+    def decode_resized(
+        self,
+        source: Any,
+        channels: int,
+        size: tuple[int, int],
+        crop: Optional[tuple[tuple[float, float], tuple[float, float]]],
+        seed: int,
+    ) -> np.ndarray: ...
+    def resized(
+        self,
+        image: np.ndarray,
+        size: tuple[int, int],
+        crop: Optional[tuple[tuple[float, float], tuple[float, float]]],
+        seed: int,
+    ) -> np.ndarray: ...
+    def horizontal_flip(self, image: np.ndarray) -> np.ndarray: ...
+    def normalize(self, image: np.ndarray, mean: list[float], std: list[float]) -> np.ndarray: ...
+    def to_chw(self, image: np.ndarray) -> np.ndarray: ...
+
+image: _Image

@@ -5,12 +5,15 @@
 //! client the built-in trainer uses) or runs the pipeline engine in-process, and hands each batch
 //! to Python as numpy arrays over the batch's own memory ([`batch`]); it finds its job with
 //! [`job`] and reaches the data servers with [`connect`]; its progress line is [`step`]'s. Errors become the package's exceptions
-//! ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]). [`launch`] is hetgen's
+//! ([`errors`]); every wait releases the GIL and answers Ctrl-C ([`wait`]). [`image`] is the
+//! pipeline's image operations as functions a user's own dataset calls (`hetgen.image`).
+//! [`launch`] is hetgen's
 //! role launcher itself, for the package's entry points.
 
 mod batch;
 mod connect;
 mod errors;
+mod image;
 mod job;
 mod launch;
 mod loader;
@@ -28,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
     m.add_function(wrap_pyfunction!(step::step_line, m)?)?;
     errors::register(m)?;
+    image::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("PROTOCOL_VERSION", hetgen_data::PROTOCOL_VERSION)?;
     // Set by `hetgen profile --trainer`, read by `hetgen.Loader` (one spelling, hetgen_env's).

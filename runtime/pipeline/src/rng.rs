@@ -27,6 +27,14 @@ impl SampleRng {
         Self { state }
     }
 
+    /// A stream seeded with one number (a Python dataset's image operations are handed a seed
+    /// drawn from the generator the worker seeded for the sample).
+    pub fn from_seed(seed: u64) -> Self {
+        Self {
+            state: mix(seed ^ GOLDEN),
+        }
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(GOLDEN);

@@ -48,6 +48,9 @@ const PYTORCH_SCRIPT: &str = include_str!("../../../../examples/pytorch/train.py
 /// The `pytorch-dataset` example's script and its dataset.
 const DATASET_SCRIPT: &str = include_str!("../../../../examples/pytorch-dataset/train.py");
 const DATASET_MODULE: &str = include_str!("../../../../examples/pytorch-dataset/data.py");
+/// Its training set written with `hetgen.image` instead of torchvision.
+const DATASET_HETGEN_MODULE: &str =
+    include_str!("../../../../examples/pytorch-dataset/data_hetgen.py");
 
 /// The digits data set: one CSV line per 8×8 image, 64 values from 0 to 16, then the label.
 const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../../datasets/digits/digits.csv.gz");
@@ -137,6 +140,7 @@ pub fn run(args: &NewArgs) -> Result<ExitCode, Failure> {
         Example::PytorchDataset => {
             files.push(("train.py".into(), DATASET_SCRIPT.into()));
             files.push(("data.py".into(), DATASET_MODULE.into()));
+            files.push(("data_hetgen.py".into(), DATASET_HETGEN_MODULE.into()));
             files.extend(digits());
         }
         _ => {}
