@@ -105,7 +105,10 @@ impl Check {
             )));
         }
         if labels.len() != n {
-            return Err(malformed(format!("{} labels for {n} samples", labels.len())));
+            return Err(malformed(format!(
+                "{} labels for {n} samples",
+                labels.len()
+            )));
         }
         let classes = i64::from(self.classes);
         if let Some((label, sample)) = labels
