@@ -42,14 +42,20 @@ printf '#include <stdio.h>\n#include <jpeglib.h>\n#include <jerror.h>\n' |
 libjpeg="$(cc -print-file-name=libjpeg.so)"
 [ -f "$libjpeg" ] || { echo "wheel: libjpeg.so not found; run scripts/system-deps.sh" >&2; exit 1; }
 
-# The command, built and stripped before maturin packs the folder it lies in.
-PATH="$PATH:$tools/bin:$zig_dir" cargo zigbuild --locked "${profile[@]}" -p hetgen \
-  --no-default-features --bin hetgen --target x86_64-unknown-linux-gnu.2.17 >&2
+# The command, built and stripped before maturin packs the folder it lies in. It builds in a
+# folder of its own: cargo-zigbuild and maturin --zig point the target's C compiler and linker
+# variables at different wrapper scripts, so in one folder every build script that reads them
+# reran, and the crates after it rebuilt, each time the other had built (the whole dependency
+# tree, twice per wheel); apart, each build finds its own crates fresh.
+cli_target="$CARGO_TARGET_DIR/wheel-cli"
+CARGO_TARGET_DIR="$cli_target" PATH="$PATH:$tools/bin:$zig_dir" cargo zigbuild --locked \
+  "${profile[@]}" -p hetgen --no-default-features --bin hetgen \
+  --target x86_64-unknown-linux-gnu.2.17 >&2
 scripts="python/hetgen.data/scripts"
 rm -rf python/hetgen.data && mkdir -p "$scripts"
 kind=debug
 [ ${#profile[@]} -eq 0 ] || kind=release
-strip -o "$scripts/hetgen" "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/$kind/hetgen"
+strip -o "$scripts/hetgen" "$cli_target/x86_64-unknown-linux-gnu/$kind/hetgen"
 
 rm -rf "${CARGO_TARGET_DIR:?}/$out"
 # maturin hard-links cargo's module into target/maturin/ and its repair rewrites that file in
