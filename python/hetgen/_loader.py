@@ -55,18 +55,21 @@ def _nested(batch) -> Any:
     """A Python dataset's batch (a native ``TensorBatch``) in the structure its samples have:
     its arrays, already numpy views of the batch's one buffer, nested in tuples, lists and dicts
     as the JSON ``structure`` says."""
-    arrays = batch.arrays
+    return _build(json.loads(batch.structure), batch.arrays)
 
-    def build(node):
-        if isinstance(node, int):
-            return arrays[node]
-        if "tuple" in node:
-            return tuple(build(n) for n in node["tuple"])
-        if "list" in node:
-            return [build(n) for n in node["list"]]
-        return {key: build(n) for key, n in node["dict"]}
 
-    return build(json.loads(batch.structure))
+def _build(node, arrays):
+    """``node`` of a structure with its leaves' arrays. A function of its own, not a closure
+    over ``arrays``: a recursive closure is a reference cycle (the function, its cell, the
+    function), which would keep every batch's memory alive until Python's cycle collector ran
+    (over a hundred batches at once, in bursts), not until the loop lets the batch go."""
+    if isinstance(node, int):
+        return arrays[node]
+    if "tuple" in node:
+        return tuple(_build(n, arrays) for n in node["tuple"])
+    if "list" in node:
+        return [_build(n, arrays) for n in node["list"]]
+    return {key: _build(n, arrays) for key, n in node["dict"]}
 
 
 class _Progress:
