@@ -20,10 +20,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// Segments per worker: the batch being made, and a few that wait to be sent. More would hold
-/// memory that a host with many workers needs elsewhere; fewer would send batches that the
-/// server's queue still holds to one-off files.
-pub const SEGMENTS: usize = 4;
+/// Segments per worker, at most; they are made as batches need them, so a worker has as many as
+/// its batches in flight at their peak (the one being made, the ones queued ahead of the
+/// consumer, the one the consumer holds): nine in local mode's one-worker loader, fewer per
+/// worker on a data server, whose streams spread over its workers. A batch past the cap goes to
+/// a one-off file.
+pub const SEGMENTS: usize = 12;
 
 /// What the worker is lent for one batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
