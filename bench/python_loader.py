@@ -6,7 +6,13 @@ and the same CPU set, from one of:
   transforms, `num_workers` = the cores;
 - `workers`: a user's own torch Dataset (bench/folder_dataset.py) through `hetgen.Loader`
   (local mode): hetgen's Python workers, one per core, the processes a data host runs;
-- `dataset-dataloader`: the same Dataset in a DataLoader with as many workers.
+- `dataset-dataloader`: the same Dataset in a DataLoader with as many workers;
+- `light-workers`, `light-dataloader`: the same two with bench/light_dataset.py (torchvision's
+  `decode_jpeg` and v2 transforms on tensors), a lighter sample;
+- `ops-workers`, `ops-dataloader`: the same two with bench/ops_dataset.py, that Dataset written
+  with hetgen's image operations (`hetgen.image`);
+- `const-workers`, `const-dataloader`: the same two with bench/const_dataset.py, which returns
+  one ready sample: what moving a batch costs, alone.
 
     python bench/python_loader.py MODE FOLDER CORES SECONDS
 
@@ -68,16 +74,16 @@ def dataloader_batches(folder, cores):
         yield from loader
 
 
-def workers_batches(folder, cores):
+def workers_batches(folder, cores, dataset="folder_dataset.py"):
     import hetgen
 
     spec = hetgen_fixtures.load("py-dataset")
-    spec["pipeline"]["source"]["dataset"] = "folder_dataset.py:make"
+    spec["pipeline"]["source"]["dataset"] = f"{dataset}:make"
     spec["pipeline"]["batch_size"] = BATCH
     spec["pipeline"]["shard_size"] = BATCH * 4
     spec["trainer"]["deterministic"] = False
     code = tempfile.mkdtemp()
-    shutil.copy(BENCH / "folder_dataset.py", code)
+    shutil.copy(BENCH / dataset, code)
     Path(code, "train.py").write_text("")  # the spec's script, which this loop stands for
     os.environ["HETGEN_CODE_DIR"] = code
     path = hetgen_fixtures.write(Path(code) / "hetgen.toml", spec)
@@ -86,13 +92,16 @@ def workers_batches(folder, cores):
         yield from loader
 
 
-def dataset_dataloader_batches(folder, cores):
+def dataset_dataloader_batches(folder, cores, dataset="folder_dataset.py"):
+    import importlib
+
     import torch
-    from folder_dataset import Folder
 
     torch.set_num_threads(1)
+    make = importlib.import_module(dataset.removesuffix(".py")).make
     loader = torch.utils.data.DataLoader(
-        Folder(folder), batch_size=BATCH, shuffle=True, num_workers=cores, persistent_workers=True
+        make(folder, {}), batch_size=BATCH, shuffle=True, num_workers=cores,
+        persistent_workers=True,
     )
     while True:
         yield from loader
@@ -103,6 +112,18 @@ MODES = {
     "dataloader": dataloader_batches,
     "workers": workers_batches,
     "dataset-dataloader": dataset_dataloader_batches,
+    "light-workers": lambda folder, cores: workers_batches(folder, cores, "light_dataset.py"),
+    "light-dataloader": lambda folder, cores: dataset_dataloader_batches(
+        folder, cores, "light_dataset.py"
+    ),
+    "const-workers": lambda folder, cores: workers_batches(folder, cores, "const_dataset.py"),
+    "const-dataloader": lambda folder, cores: dataset_dataloader_batches(
+        folder, cores, "const_dataset.py"
+    ),
+    "ops-workers": lambda folder, cores: workers_batches(folder, cores, "ops_dataset.py"),
+    "ops-dataloader": lambda folder, cores: dataset_dataloader_batches(
+        folder, cores, "ops_dataset.py"
+    ),
 }
 
 
