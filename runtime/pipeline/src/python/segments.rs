@@ -119,7 +119,7 @@ impl Ring {
                 // The segment it replaces (if any) held no batch: it was lent.
                 self.segments[lent.index as usize] = None;
                 let path = dir.join(file);
-                let map = map_shared(&path, capacity as usize)?;
+                let map = map_unlinked(&path, capacity as usize, Mapping::Shared)?;
                 let segment = Segment {
                     map: Arc::new(map),
                     busy: Arc::new(AtomicBool::new(true)),
@@ -188,23 +188,43 @@ impl Drop for View {
     }
 }
 
-/// The segment file at `path`, of `capacity` bytes, mapped shared (the worker writes each of
-/// its batches there, which this process must see) and unlinked.
-fn map_shared(path: &Path, capacity: usize) -> Result<memmap2::MmapMut, String> {
+/// How a file of the worker's is mapped.
+#[derive(Clone, Copy)]
+enum Mapping {
+    /// A segment: shared, since the worker writes each of its batches there and this process
+    /// must see them.
+    Shared,
+    /// A one-off batch: private, so a consumer that writes into the batch (numpy arrays over it
+    /// are writable, as `torch.from_numpy` expects) gets its own copy of that page.
+    Private,
+}
+
+/// The worker's file at `path`, which must hold `len` bytes, mapped and unlinked at once: its
+/// pages belong to the mappings alone from here, and return to the system when they are gone.
+fn map_unlinked(path: &Path, len: usize, mapping: Mapping) -> Result<memmap2::MmapMut, String> {
+    let shared = matches!(mapping, Mapping::Shared);
     let opened = std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(shared)
         .open(path);
     let _ = std::fs::remove_file(path);
     let opened = opened.map_err(|e| format!("{}: {e}", path.display()))?;
-    // SAFETY: the file is this worker's segment, which it writes only while it is lent to it,
-    // that is while no `Bytes` of it is alive; it is unlinked, so nothing else can open it,
-    // and it is never truncated.
-    let map = unsafe { memmap2::MmapOptions::new().map_mut(&opened) }
-        .map_err(|e| format!("cannot map {}: {e}", path.display()))?;
-    if map.len() != capacity {
+    let options = memmap2::MmapOptions::new();
+    // SAFETY: the file is this worker's and already unlinked, so nothing else can open it, and
+    // it is never truncated. A one-off file was written in full before the worker answered and
+    // is not written again; a segment is written only while it is lent, that is while no
+    // `Bytes` of it is alive.
+    let map = unsafe {
+        if shared {
+            options.map_mut(&opened)
+        } else {
+            options.map_copy(&opened)
+        }
+    }
+    .map_err(|e| format!("cannot map {}: {e}", path.display()))?;
+    if map.len() != len {
         return Err(format!(
-            "{} holds {} bytes, not the {capacity} of its segment",
+            "{} holds {} bytes, not {len}",
             path.display(),
             map.len()
         ));
@@ -212,30 +232,13 @@ fn map_shared(path: &Path, capacity: usize) -> Result<memmap2::MmapMut, String> 
     Ok(map)
 }
 
-/// A batch the worker wrote to the one-off file `path`, mapped and unlinked: its pages are the
-/// batch's bytes from here to the socket, and return to the system when the last `Bytes` of it
-/// is dropped.
+/// A batch the worker wrote to the one-off file `path`: its pages are the batch's bytes from
+/// here to the socket.
 fn one_off(path: &Path, bytes: usize) -> Result<Bytes, String> {
     if bytes == 0 {
         return Ok(Bytes::new());
     }
-    let opened = std::fs::File::open(path);
-    let _ = std::fs::remove_file(path);
-    let opened = opened.map_err(|e| format!("{}: {e}", path.display()))?;
-    // A private mapping: a consumer that writes into the batch (numpy arrays over it are
-    // writable, as `torch.from_numpy` expects) gets its own copy of that page.
-    // SAFETY: the file is this worker's, written in full before it answered, and already
-    // unlinked: nothing writes to it again while the mapping lives.
-    let map = unsafe { memmap2::MmapOptions::new().map_copy(&opened) }
-        .map_err(|e| format!("cannot map {}: {e}", path.display()))?;
-    if map.len() != bytes {
-        return Err(format!(
-            "{} holds {} bytes, not {bytes}",
-            path.display(),
-            map.len()
-        ));
-    }
-    Ok(Bytes::from_owner(map))
+    map_unlinked(path, bytes, Mapping::Private).map(Bytes::from_owner)
 }
 
 #[cfg(test)]
