@@ -31,12 +31,6 @@ enum Encoded {
 
 impl Encoded {
     fn from_python(source: &Bound<'_, PyAny>) -> PyResult<Encoded> {
-        let os = source.py().import("os")?;
-        if source.is_instance_of::<pyo3::types::PyString>()
-            || source.is_instance(&os.getattr("PathLike")?)?
-        {
-            return Ok(Encoded::File(source.extract()?));
-        }
         // One copy, under the GIL: the buffer protocol is not in the stable ABI the wheel
         // targets, and a copy of the encoded bytes costs a few microseconds beside the decode.
         if let Ok(bytes) = source.cast::<PyBytes>() {
@@ -51,11 +45,14 @@ impl Encoded {
             let bytes = source.call_method0("tobytes")?;
             return Ok(Encoded::Bytes(bytes.cast::<PyBytes>()?.as_bytes().to_vec()));
         }
-        Err(PyTypeError::new_err(format!(
-            "expected encoded bytes (bytes, bytearray, memoryview or a uint8 numpy array) or a \
-             file path, not {}",
-            type_name(source)
-        )))
+        // A `str` or an `os.PathLike`, as `os.fspath` takes them.
+        source.extract::<PathBuf>().map(Encoded::File).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "expected encoded bytes (bytes, bytearray, memoryview or a uint8 numpy array) \
+                 or a file path, not {}",
+                type_name(source)
+            ))
+        })
     }
 
     /// The bytes; a file is read here, without the GIL.
@@ -76,8 +73,9 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .map_or_else(|_| "an object".to_owned(), |n| n.to_string())
 }
 
-/// `image` as an [`Image`]: a `uint8` array `[h, w]` or `[h, w, c]`, any strides (copied).
-fn image_of(image: &Bound<'_, PyAny>) -> PyResult<Image> {
+/// `image` as an [`Image`]: a `uint8` array `[h, w]` or `[h, w, c]`, any strides (copied);
+/// and whether it was `[h, w]`, so that a result can keep that form.
+fn image_of(image: &Bound<'_, PyAny>) -> PyResult<(Image, bool)> {
     let array = image.cast::<numpy::PyUntypedArray>().map_err(|_| {
         PyTypeError::new_err(format!("expected a numpy array, not {}", type_name(image)))
     })?;
@@ -105,12 +103,13 @@ fn image_of(image: &Bound<'_, PyAny>) -> PyResult<Image> {
     // Flattened in C order whatever its strides: one copy, which `Image` owns.
     let flat = image.call_method0("tobytes")?;
     let data: Vec<u8> = flat.extract::<&[u8]>()?.to_vec();
-    Ok(Image {
+    let image = Image {
         height: h as u32,
         width: w as u32,
         channels: c as u32,
         data,
-    })
+    };
+    Ok((image, shape.len() == 2))
 }
 
 /// `image` as a numpy array `[h, w, c]` (`[h, w]` for one channel when `squeeze`).
@@ -222,8 +221,7 @@ pub fn resized<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let size = checked_size(size)?;
     let crop = crop.map(checked_crop).transpose()?;
-    let squeeze = image.getattr("ndim")?.extract::<usize>()? == 2;
-    let pixels = image_of(image)?;
+    let (pixels, squeeze) = image_of(image)?;
     let out = py
         .detach(|| {
             let (h, w) = (pixels.height, pixels.width);
@@ -249,8 +247,7 @@ pub fn horizontal_flip<'py>(
     py: Python<'py>,
     image: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let squeeze = image.getattr("ndim")?.extract::<usize>()? == 2;
-    let mut pixels = image_of(image)?;
+    let (mut pixels, squeeze) = image_of(image)?;
     let pixels = py.detach(move || {
         ops::flip(&mut pixels);
         pixels
@@ -267,7 +264,7 @@ pub fn normalize<'py>(
     mean: Vec<f64>,
     std: Vec<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let pixels = image_of(image)?;
+    let (pixels, _) = image_of(image)?;
     let c = pixels.channels as usize;
     for (name, values) in [("mean", &mean), ("std", &std)] {
         if values.len() != c && values.len() != 1 {
@@ -292,7 +289,7 @@ pub fn normalize<'py>(
 /// An image as `[channels, height, width]`, the layout torch's models take.
 #[pyfunction]
 pub fn to_chw<'py>(py: Python<'py>, image: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let pixels = image_of(image)?;
+    let (pixels, _) = image_of(image)?;
     let [h, w, c] = pixels.shape().map(|d| d as usize);
     let planar = py.detach(|| {
         let mut out = vec![0u8; pixels.data.len()];
