@@ -3,21 +3,16 @@ class-folder of JPEGs with torchvision's v2 augmentation, as a user writes one f
 It returns `(image uint8 [3, 224, 224], label)`: compact bytes, as hetgen's own pipeline sends.
 """
 
-import os
-
 import torch
 from PIL import Image
 from torchvision.transforms import v2
 
+from labelled_files import labelled_files
+
 
 class Folder(torch.utils.data.Dataset):
     def __init__(self, root):
-        classes = sorted(os.listdir(root))
-        self.files = [
-            (os.path.join(root, c, name), label)
-            for label, c in enumerate(classes)
-            for name in sorted(os.listdir(os.path.join(root, c)))
-        ]
+        self.files = labelled_files(root)
         self.transform = v2.Compose(
             [
                 v2.PILToTensor(),

@@ -5,21 +5,16 @@ more visible than bench/folder_dataset.py's PIL path does. Returns `(uint8 [3, 2
 label)`.
 """
 
-import os
-
 import torch
 from torchvision.io import decode_jpeg
 from torchvision.transforms import v2
 
+from labelled_files import labelled_files
+
 
 class Light(torch.utils.data.Dataset):
     def __init__(self, root):
-        classes = sorted(os.listdir(root))
-        self.files = [
-            (os.path.join(root, c, name), label)
-            for label, c in enumerate(classes)
-            for name in sorted(os.listdir(os.path.join(root, c)))
-        ]
+        self.files = labelled_files(root)
         self.transform = v2.Compose(
             [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
         )

@@ -3,19 +3,14 @@ the same files, the same augmentation (a random resized crop to 224, a random ho
 the same `(uint8 [3, 224, 224], label)` samples, for bench/python_loader.py's `ops-workers`.
 """
 
-import os
-
 import hetgen.image as hi
+
+from labelled_files import labelled_files
 
 
 class Ops:
     def __init__(self, root):
-        classes = sorted(os.listdir(root))
-        self.files = [
-            (os.path.join(root, c, name), label)
-            for label, c in enumerate(classes)
-            for name in sorted(os.listdir(os.path.join(root, c)))
-        ]
+        self.files = labelled_files(root)
 
     def __len__(self):
         return len(self.files)

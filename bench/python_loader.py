@@ -83,7 +83,8 @@ def workers_batches(folder, cores, dataset="folder_dataset.py"):
     spec["pipeline"]["shard_size"] = BATCH * 4
     spec["trainer"]["deterministic"] = False
     code = tempfile.mkdtemp()
-    shutil.copy(BENCH / dataset, code)
+    for name in (dataset, "labelled_files.py"):
+        shutil.copy(BENCH / name, code)
     Path(code, "train.py").write_text("")  # the spec's script, which this loop stands for
     os.environ["HETGEN_CODE_DIR"] = code
     path = hetgen_fixtures.write(Path(code) / "hetgen.toml", spec)

@@ -26,7 +26,7 @@ digits="$work/digits"
 sed -i '0,/count = 2/s//count = 1/; 0,/count = 2/s//count = 1/' "$digits/hetgen.toml"
 jpeg="$work/jpeg"
 mkdir -p "$jpeg"
-cp bench/sizing/hetgen.toml bench/sizing/train.py bench/folder_dataset.py "$jpeg/"
+cp bench/sizing/hetgen.toml bench/sizing/train.py bench/folder_dataset.py bench/labelled_files.py "$jpeg/"
 ln -s "$(jpeg_folder)" "$jpeg/images"
 
 echo "| job | round | configuration | measured samples/s | predicted samples/s | measured stall | predicted stall |"
