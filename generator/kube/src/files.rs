@@ -4,10 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+use hetgen_spec::Problem;
 use serde_json::Value;
 
 use crate::objects::{RUNTIME_FILE, TRAINJOB_FILE};
-use crate::validate::{self, Diagnostic};
+use crate::validate;
 
 /// The job's `TrainingRuntime` and `TrainJob`, as the files in `build/<job>/` have them.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +46,7 @@ pub enum LoadError {
     Invalid {
         /// Every problem, each at its file, line and column.
         #[related]
-        problems: Vec<Diagnostic>,
+        problems: Vec<Problem>,
     },
     /// A file does not hold the one object it is named for.
     #[error("`{}` holds {found} object(s); it should hold one {kind}", path.display())]

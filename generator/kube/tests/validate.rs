@@ -4,11 +4,12 @@
 
 use std::path::PathBuf;
 
-use hetgen_kube::validate::{Diagnostic, check};
+use hetgen_kube::validate::check;
+use hetgen_spec::Problem;
 
 const SAMPLE: &str = include_str!("data/sample.yaml");
 
-fn run(text: &str) -> Vec<Diagnostic> {
+fn run(text: &str) -> Vec<Problem> {
     check(&[(PathBuf::from("kubeflow/sample.yaml"), text.to_string())])
 }
 
@@ -22,7 +23,7 @@ fn mutate(from: &str, to: &str) -> String {
     SAMPLE.replacen(from, to, 1)
 }
 
-fn show(found: &[Diagnostic]) -> String {
+fn show(found: &[Problem]) -> String {
     found
         .iter()
         .map(|d| {
@@ -31,18 +32,18 @@ fn show(found: &[Diagnostic]) -> String {
                 d.location(),
                 d.code,
                 d.message,
-                d.hint
+                d.help
             )
         })
         .collect()
 }
 
-/// The one diagnostic with `code` at `line`:`column`; fails showing every diagnostic otherwise.
-fn at<'a>(found: &'a [Diagnostic], code: &str, line: usize, column: usize) -> &'a Diagnostic {
+/// The one problem with `code` at `line`:`column`; fails showing every problem otherwise.
+fn at<'a>(found: &'a [Problem], code: &str, line: usize, column: usize) -> &'a Problem {
     let code = format!("hetgen::kube::{code}");
-    let hits: Vec<&Diagnostic> = found
+    let hits: Vec<&Problem> = found
         .iter()
-        .filter(|d| d.code == code && d.line == line && d.column == column)
+        .filter(|d| d.code == code && d.line_col() == Some((line, column)))
         .collect();
     assert_eq!(
         hits.len(),
@@ -53,8 +54,8 @@ fn at<'a>(found: &'a [Diagnostic], code: &str, line: usize, column: usize) -> &'
     hits[0]
 }
 
-/// Exactly one diagnostic, `code` at `line`:`column`.
-fn only<'a>(found: &'a [Diagnostic], code: &str, line: usize, column: usize) -> &'a Diagnostic {
+/// Exactly one problem, `code` at `line`:`column`.
+fn only<'a>(found: &'a [Problem], code: &str, line: usize, column: usize) -> &'a Problem {
     assert_eq!(found.len(), 1, "want only {code}, got:\n{}", show(found));
     at(found, code, line, column)
 }
@@ -101,7 +102,7 @@ fn a_misspelled_field_is_refused_with_a_suggestion() {
         d.message,
         "unknown field `parallelizm` in `spec.template.spec.replicatedJobs[0].template.spec`"
     );
-    assert_eq!(d.hint.as_deref(), Some("did you mean `parallelism`?"));
+    assert_eq!(d.help.as_deref(), Some("did you mean `parallelism`?"));
     assert_eq!(d.location(), "kubeflow/sample.yaml:33:13");
 }
 
@@ -122,7 +123,7 @@ fn depends_on_a_missing_job_is_refused() {
         "{}",
         d.message
     );
-    assert_eq!(d.hint.as_deref(), Some("did you mean `data-group`?"));
+    assert_eq!(d.help.as_deref(), Some("did you mean `data-group`?"));
 }
 
 #[test]
@@ -143,7 +144,7 @@ fn depends_on_status_must_be_an_allowed_value() {
         d.message,
         "`spec.template.spec.replicatedJobs[1].dependsOn[0].status` is `Readyy`, not one of `Ready`, `Complete`"
     );
-    assert_eq!(d.hint.as_deref(), Some("did you mean `Ready`?"));
+    assert_eq!(d.help.as_deref(), Some("did you mean `Ready`?"));
 }
 
 #[test]
@@ -172,7 +173,7 @@ fn a_bad_quantity_is_refused() {
         d.path,
         "spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].resources.requests.cpu"
     );
-    assert!(d.hint.as_deref().unwrap_or("").contains("`500m`"), "{d:?}");
+    assert!(d.help.as_deref().unwrap_or("").contains("`500m`"), "{d:?}");
 }
 
 /// The TrainJob's `metadata.name`, the only one preceded by `kind: TrainJob`.
@@ -258,7 +259,7 @@ fn num_proc_per_node_is_no_longer_a_torch_policy_field() {
         "unknown field `numProcPerNode` in `spec.mlPolicy.torch`"
     );
     assert_eq!(
-        d.hint.as_deref(),
+        d.help.as_deref(),
         Some("`spec.mlPolicy.torch` takes `envInjection`")
     );
 }
@@ -307,7 +308,7 @@ fn the_runtime_ref_must_name_a_given_runtime() {
         "    kind: TrainingRuntime\n    name: pytorch-digit\n",
     ));
     let d = only(&found, "runtime-ref", 142, 11);
-    assert_eq!(d.hint.as_deref(), Some("did you mean `pytorch-digits`?"));
+    assert_eq!(d.help.as_deref(), Some("did you mean `pytorch-digits`?"));
 
     let found = run(&mutate(
         "    kind: TrainingRuntime\n    name: pytorch-digits\n",
@@ -315,7 +316,7 @@ fn the_runtime_ref_must_name_a_given_runtime() {
     ));
     let d = only(&found, "runtime-ref", 142, 11);
     assert_eq!(
-        d.hint.as_deref(),
+        d.help.as_deref(),
         Some("`pytorch-digits` is a TrainingRuntime: set `kind: TrainingRuntime`")
     );
 }
@@ -370,7 +371,7 @@ fn malformed_yaml_is_a_diagnostic_with_a_position() {
         "{}",
         found[0].message
     );
-    assert!(found[0].line >= 13, "{}", show(&found));
+    assert!(found[0].line_col().unwrap().0 >= 13, "{}", show(&found));
 }
 
 #[test]
@@ -380,7 +381,7 @@ fn an_unknown_kind_is_refused() {
     let found = run("apiVersion: trainer.kubeflow.org/v1\nkind: TrainJob\nmetadata:\n  name: x\n");
     let d = only(&found, "unknown-kind", 1, 13);
     assert_eq!(
-        d.hint.as_deref(),
+        d.help.as_deref(),
         Some("`TrainJob` is served as `apiVersion: trainer.kubeflow.org/v1alpha1`")
     );
 }
@@ -401,6 +402,10 @@ fn the_label_points_at_the_offending_bytes() {
         "hetgen::kube::unknown-field"
     );
     assert_eq!(found[0].to_json()["line"], 33);
+    assert_eq!(
+        found[0].to_json()["path"],
+        "spec.template.spec.replicatedJobs[0].template.spec.parallelizm"
+    );
 }
 
 #[test]
@@ -445,7 +450,7 @@ fn an_unquoted_yes_is_a_boolean_as_kubectl_reads_it() {
         "`spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].env[1].value` must be a string, not a boolean `true`"
     );
     assert!(
-        d.hint.as_deref().unwrap_or("").starts_with("quote it"),
+        d.help.as_deref().unwrap_or("").starts_with("quote it"),
         "{d:?}"
     );
 }

@@ -1,9 +1,13 @@
-//! Problems found in a spec, pointing at the user's bytes.
+//! Problems found in a file hetgen reads, pointing at the user's bytes.
 //!
 //! Validation collects every [`Problem`] rather than stopping at the first, like cargo counts
 //! errors. Each carries a stable code (`hetgen::spec::unknown-group`), the span of the offending
 //! value, a label for the caret and a help line naming the fix. The library never prints: the
 //! binary renders problems with miette, or as JSON with [`Problem::to_json`].
+//!
+//! This is hetgen's one problem type: the spec's checks make them from spans, and the rendered
+//! Kubernetes files' checks (`hetgen-kube`) from a line, a column and a field path, with
+//! [`Problem::at_position`].
 
 use std::fmt;
 use std::ops::Range;
@@ -69,6 +73,19 @@ impl SpecSource {
         &self.text
     }
 
+    /// The byte offset of 1-based `line` and `column` (in characters), clamped to the text.
+    pub fn offset(&self, line: usize, column: usize) -> usize {
+        let Some(&start) = self.line_starts.get(line.saturating_sub(1)) else {
+            return self.text.len();
+        };
+        let rest = &self.text[start..];
+        start
+            + rest
+                .char_indices()
+                .nth(column.saturating_sub(1))
+                .map_or(rest.len(), |(i, _)| i)
+    }
+
     /// 1-based line and column (in characters) of byte `offset`.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = floor_char_boundary(&self.text, offset.min(self.text.len()));
@@ -115,6 +132,10 @@ pub struct Problem {
     pub label: String,
     /// How to fix it.
     pub help: Option<String>,
+    /// The field the problem is about, in the file's own terms
+    /// (`spec.template.spec.replicatedJobs[1].name`); empty when the problem is not about one
+    /// field or its place is given by the span alone.
+    pub path: String,
     source: SpecSource,
 }
 
@@ -135,8 +156,41 @@ impl Problem {
             span,
             label: capped(label),
             help: help.map(capped),
+            path: String::new(),
             source: source.clone(),
         }
+    }
+
+    /// An error at 1-based `line` and `column` of `source`, about the field at `path` (empty for
+    /// a whole document or a syntax error): how checks that find a position rather than a span
+    /// (a YAML parser, a field path looked up in a document) report. The caret marks one
+    /// character, since the position is what is known, not the extent.
+    pub fn at_position(
+        source: &SpecSource,
+        code: &'static str,
+        (line, column): (usize, usize),
+        path: String,
+        message: String,
+        help: Option<String>,
+    ) -> Self {
+        let at = source.offset(line, column);
+        let len = source.text()[at..].chars().next().map_or(0, char::len_utf8);
+        let label = if path.is_empty() {
+            "here".to_owned()
+        } else {
+            format!("`{path}`")
+        };
+        let mut problem = Problem::new(
+            source,
+            code,
+            Severity::Error,
+            message,
+            Some(at..at + len),
+            label,
+            help,
+        );
+        problem.path = path;
+        problem
     }
 
     /// The file the problem is in.
@@ -149,10 +203,18 @@ impl Problem {
         self.span.as_ref().map(|s| self.source.line_col(s.start))
     }
 
+    /// `file:line:column`, as compilers print a location; the file alone without a span.
+    pub fn location(&self) -> String {
+        match self.line_col() {
+            Some((line, column)) => format!("{}:{line}:{column}", self.source.name()),
+            None => self.source.name().to_owned(),
+        }
+    }
+
     /// The problem as a machine-readable object (`hetgen validate --format json`).
     pub fn to_json(&self) -> serde_json::Value {
         let (line, column) = self.line_col().unzip();
-        serde_json::json!({
+        let mut json = serde_json::json!({
             "file": self.source.name(),
             "line": line,
             "column": column,
@@ -161,7 +223,11 @@ impl Problem {
             "message": self.message,
             "label": self.label,
             "help": self.help,
-        })
+        });
+        if !self.path.is_empty() {
+            json["path"] = self.path.clone().into();
+        }
+        json
     }
 }
 

@@ -13,12 +13,11 @@
 //! 4. applies hetgen's own rules across the objects of all files, for what the controllers would
 //!    refuse that no schema says (`rules`).
 //!
-//! Every problem is a [`Diagnostic`] at a file, line and column, found by field path in the
+//! Every problem is a [`Problem`] at a file, line and column, found by field path in the
 //! positions the YAML reader keeps (`yaml`).
 
 mod cel;
 mod crds;
-mod diagnostic;
 mod meta;
 mod rules;
 mod schema;
@@ -27,9 +26,8 @@ mod yaml;
 
 use std::path::PathBuf;
 
-use hetgen_spec::SpecSource;
+use hetgen_spec::{Problem, SpecSource};
 
-pub use diagnostic::Diagnostic;
 pub use transition::{Refused, refused_update};
 
 /// A diagnostic code: `code!("unknown-field")` is `hetgen::kube::unknown-field`.
@@ -57,13 +55,13 @@ pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
 /// returns every problem found, in file order, then by position. No problems means the API
 /// server would accept every object on create, as far as the vendored CRDs and hetgen's rules
 /// tell.
-pub fn check(files: &[(PathBuf, String)]) -> Vec<Diagnostic> {
+pub fn check(files: &[(PathBuf, String)]) -> Vec<Problem> {
     checked(files).0
 }
 
 /// [`check`], and the objects of every file, read once: each file's documents as JSON values
 /// when nothing is wrong, every problem otherwise.
-pub fn read(files: &[(PathBuf, String)]) -> Result<Vec<Vec<serde_json::Value>>, Vec<Diagnostic>> {
+pub fn read(files: &[(PathBuf, String)]) -> Result<Vec<Vec<serde_json::Value>>, Vec<Problem>> {
     let (problems, documents) = checked(files);
     if !problems.is_empty() {
         return Err(problems);
@@ -76,7 +74,7 @@ pub fn read(files: &[(PathBuf, String)]) -> Result<Vec<Vec<serde_json::Value>>, 
 }
 
 /// The problems of `files`, sorted, and the documents they were found in, by file index.
-fn checked(files: &[(PathBuf, String)]) -> (Vec<Diagnostic>, Vec<(usize, yaml::Document)>) {
+fn checked(files: &[(PathBuf, String)]) -> (Vec<Problem>, Vec<(usize, yaml::Document)>) {
     let crds = crds::crds();
     let sources: Vec<SpecSource> = files
         .iter()
@@ -84,14 +82,13 @@ fn checked(files: &[(PathBuf, String)]) -> (Vec<Diagnostic>, Vec<(usize, yaml::D
         .collect();
     let mut out = Vec::new();
     let mut documents = Vec::new();
-    for (f, (name, text)) in files.iter().enumerate() {
+    for (f, (_, text)) in files.iter().enumerate() {
         match yaml::parse(text, true) {
             Ok(docs) => documents.extend(docs.into_iter().map(|d| (f, d))),
             Err(e) => out.push((
                 f,
-                Diagnostic::new(
+                Problem::at_position(
                     &sources[f],
-                    name.clone(),
                     code!("yaml"),
                     (e.pos.line, e.pos.column),
                     String::new(),
@@ -111,20 +108,13 @@ fn checked(files: &[(PathBuf, String)]) -> (Vec<Diagnostic>, Vec<(usize, yaml::D
             }
             objects.push(object);
         }
-        out.extend(
-            found
-                .into_iter()
-                .map(|x| (*f, x.at(doc, &files[*f].0, &sources[*f]))),
-        );
+        out.extend(found.into_iter().map(|x| (*f, x.at(doc, &sources[*f]))));
     }
     for (i, finding) in rules::check(&objects) {
         let o = &objects[i];
-        out.push((
-            o.file,
-            finding.at(o.doc, &files[o.file].0, &sources[o.file]),
-        ));
+        out.push((o.file, finding.at(o.doc, &sources[o.file])));
     }
-    out.sort_by(|(fa, a), (fb, b)| (fa, a.line, a.column).cmp(&(fb, b.line, b.column)));
+    out.sort_by_key(|(f, p)| (*f, p.span.as_ref().map(|s| s.start)));
     (out.into_iter().map(|(_, d)| d).collect(), documents)
 }
 
@@ -254,11 +244,10 @@ impl Finding {
         self
     }
 
-    fn at(self, doc: &yaml::Document, file: &std::path::Path, source: &SpecSource) -> Diagnostic {
+    fn at(self, doc: &yaml::Document, source: &SpecSource) -> Problem {
         let pos = doc.pos(&self.path, self.key);
-        Diagnostic::new(
+        Problem::at_position(
             source,
-            file.to_path_buf(),
             self.code,
             (pos.line, pos.column),
             self.path,
