@@ -26,9 +26,14 @@ WITH_TORCH = TORCH_VENV="$$(scripts/torch-env.sh)" && export LIBTORCH_USE_PYTORC
 
 .PHONY: test python-test wheel demo build schema fmt bench-pipeline bench-stream soak
 
+# Every target `cargo test --workspace` builds, in one invocation. Cargo resolves features per
+# invocation and the tests' dev-dependencies add some (tokio's `test-util`, regex's defaults…):
+# building the commands alone resolved other features, so the test build compiled tokio and
+# everything above it (hyper, tonic, the AWS SDKs) a second time. Building the tests here costs
+# `make demo` a few minutes once and saves `make test` the whole second dependency build.
 build:
 	scripts/system-deps.sh
-	$(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-runtime
+	$(WITH_TORCH) && cargo build --locked --workspace --lib --bins --tests --examples
 
 ## The whole test suite: formatting, lints, Rust tests (deploy against moto's SageMaker
 ## emulator, jobs as local clusters of real processes), the SageMaker API-model checks, and the
@@ -54,8 +59,7 @@ wheel:
 ## The package's tests, against real data-server processes and real `hetgen deploy --local` jobs,
 ## and the wheel itself in a fresh venv: its `hetgen` command alone, run locally and deployed to
 ## moto's S3 and SageMaker.
-PYTHON_TESTS = $(WITH_TORCH) && cargo build --locked -p hetgen -p hetgen-data -p hetgen-runtime --bins && \
-	  VENV="$$(scripts/python-env.sh)" && HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" \
+PYTHON_TESTS = $(WITH_TORCH) && VENV="$$(scripts/python-env.sh)" && HETGEN_MOTO_SERVER="$$VENV/bin/moto_server" \
 	  HETGEN_BIN="$(HETGEN)" HETGEN_DATA_SERVER="$(CARGO_TARGET_DIR)/debug/hetgen-data-server" \
 	  HETGEN_LAUNCHER="$(CARGO_TARGET_DIR)/debug/hetgen-launcher" \
 	  HETGEN_WHEEL="$(WHEEL)" "$$TORCH_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider
