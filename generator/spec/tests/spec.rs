@@ -622,6 +622,56 @@ fn a_sharded_source_is_valid_only_where_one_host_runs_the_pipeline() {
     assert!(!codes(sharded_spec(1, both, "trainer_threads = 0")).contains(&SHARDED));
 }
 
+#[test]
+fn the_pipeline_never_reads_a_pipe() {
+    const PIPED: &str = "hetgen::spec::piped-source";
+    let piped = |text: String| {
+        check("hetgen.toml", &text)
+            .report
+            .problems
+            .into_iter()
+            .find(|p| p.code == PIPED)
+    };
+    let channel = |mode: &str| {
+        two_group_spec(
+            "piped",
+            2,
+            (1, "ml.g5.xlarge"),
+            &format!("input_mode = \"{mode}\"\n"),
+            "",
+            "model = \"mlp\"\nsteps = 10",
+        )
+    };
+    // The channel's own mode is refused where it is written, with FastFile as the fix.
+    let text = channel("Pipe");
+    let problem = piped(text.clone()).expect("a piped source is refused");
+    let line = text
+        .lines()
+        .position(|l| l == "input_mode = \"Pipe\"")
+        .unwrap()
+        + 1;
+    assert_eq!(problem.line_col(), Some((line, 14)), "{problem:?}");
+    assert!(problem.help.as_deref().unwrap().contains("FastFile"));
+    assert!(piped(channel("FastFile")).is_none());
+    assert!(piped(channel("File")).is_none());
+    // The job's mode is the channel's when the channel says none; a channel's FastFile wins.
+    let job_piped = sagemaker_spec("ml.g5.xlarge", "", "input_mode = \"Pipe\"");
+    let problem = piped(job_piped.clone()).expect("the job's Pipe reaches the source");
+    assert_eq!(problem.location().split(':').count(), 3, "{problem:?}");
+    assert!(text_at(&job_piped, &problem).starts_with("\"Pipe\""));
+    let overridden = job_piped.replace(
+        "uri = \"s3://data-bucket/train/\"",
+        "uri = \"s3://data-bucket/train/\"\ninput_mode = \"FastFile\"",
+    );
+    assert_ne!(overridden, job_piped);
+    assert!(piped(overridden).is_none());
+}
+
+/// The text of `spec` from where `problem` points.
+fn text_at<'a>(spec: &'a str, problem: &hetgen_spec::Problem) -> &'a str {
+    &spec[problem.span.clone().unwrap().start..]
+}
+
 /// `script_spec` with a `[sagemaker]` section: `image` is its `image_uri` line (or nothing),
 /// `more` further lines of the section.
 fn sagemaker_spec(trainer_type: &str, image: &str, more: &str) -> String {

@@ -2,7 +2,9 @@
 //! the user's own Python dataset, which has none).
 
 use crate::ctx::Ctx;
-use crate::model::{Channel, Group, Pipeline, Role, S3Distribution, Source, Stage, TrainerCpus};
+use crate::model::{
+    Channel, Group, InputMode, Pipeline, Role, S3Distribution, Source, Stage, TrainerCpus,
+};
 use crate::path;
 use crate::raw::{RawPipeline, RawSource, RawSpec};
 use crate::rules::cluster::ticked;
@@ -148,7 +150,10 @@ fn source(
     let at = path!["pipeline", "source"];
     // Explicitly none of the trainer's vCPUs preprocess beside data groups.
     let trainer_off = raw.pipeline.trainer_threads == Some(0);
-    let mut reads = |channel: &str| source_channel(ctx, channel, groups, channels, trainer_off);
+    let job_mode = raw.sagemaker.as_ref().and_then(|sm| sm.input_mode);
+    let mut reads = |channel: &str| {
+        source_channel(ctx, channel, groups, channels, trainer_off, job_mode);
+    };
     match &raw.pipeline.source {
         RawSource::ImageFolder { channel } => {
             reads(channel);
@@ -222,14 +227,15 @@ fn source(
     }
 }
 
-/// The source's channel must exist, reach every group that runs the pipeline, and hold the
-/// whole data set on each host that runs it.
+/// The source's channel must exist, reach every group that runs the pipeline, hold the whole
+/// data set on each host that runs it, and be files a host can open.
 fn source_channel(
     ctx: &mut Ctx<'_>,
     name: &str,
     groups: &[Group],
     channels: &[Channel],
     trainer_off: bool,
+    job_mode: Option<InputMode>,
 ) {
     let at = path!["pipeline", "source", "channel"];
     let Some(index) = channels.iter().position(|c| c.name == name) else {
@@ -254,6 +260,9 @@ fn source_channel(
     if channel.distribution == S3Distribution::ShardedByS3Key {
         sharded_source(ctx, index, channel, groups, trainer_off);
     }
+    if channel.input_mode.or(job_mode) == Some(InputMode::Pipe) {
+        piped_source(ctx, index, channel);
+    }
     if channel.instance_groups.is_empty() {
         return; // Without instance_groups SageMaker gives every channel to every host.
     }
@@ -273,6 +282,32 @@ fn source_channel(
             );
         }
     }
+}
+
+/// In `Pipe` mode SageMaker hands the container a FIFO per epoch (`<channel>_<epoch>`) that
+/// streams the channel's objects once, in order, to one reader, and no files. The pipeline's
+/// hosts need files they can open at any point: the data service deals any shard of an epoch to
+/// any host, a backup copy reads the same files again on another host, and a resumed epoch
+/// starts mid-way. `FastFile` streams from S3 on demand as `Pipe` does, without the copy `File`
+/// makes before training, and shows the objects as files.
+fn piped_source(ctx: &mut Ctx<'_>, index: usize, channel: &Channel) {
+    let at = if channel.input_mode.is_some() {
+        path!["channel", index, "input_mode"]
+    } else {
+        path!["sagemaker", "input_mode"]
+    };
+    ctx.error(
+        "hetgen::spec::piped-source",
+        &at,
+        format!(
+            "the pipeline reads channel `{}`, which is in Pipe mode",
+            channel.name
+        ),
+        "a pipe is read once, in order, by one reader",
+        "use `input_mode = \"FastFile\"`: it streams from S3 on demand as Pipe does, and \
+         shows the objects as files any host can open, which the data service's shards, \
+         backup copies and resumed epochs need",
+    );
 }
 
 /// `ShardedByS3Key` gives each receiving host a different part of the objects, but the data
