@@ -23,6 +23,17 @@ pub enum LocalError {
         help("give the channel a `local_path` with a copy of the data, then `hetgen render`")
     )]
     RemoteChannel { channel: String, uri: String },
+    /// A channel in Pipe mode: SageMaker streams it through a FIFO per epoch, which a local
+    /// run does not make.
+    #[error("channel `{channel}` is in Pipe mode, which a local run cannot deliver")]
+    #[diagnostic(
+        code("hetgen::local::pipe-channel"),
+        help(
+            "use `input_mode = \"FastFile\"` (read on demand, as files) or `\"File\"` for the \
+             channel, then `hetgen render`"
+        )
+    )]
+    PipeChannel { channel: String },
     /// A channel's local folder is missing or unreadable.
     #[error("cannot read channel `{channel}`'s folder `{}`", path.display())]
     #[diagnostic(

@@ -12,7 +12,7 @@ use hetgen_env::{
     ChannelConfig, HOSTS_FILE_VAR, InstanceGroup, JOB_FILE_VAR, Paths, ResourceConfig, TOKEN_VAR,
 };
 use hetgen_spec::Job;
-use hetgen_spec::model::{Channel, HOMOGENEOUS_GROUP, Role, S3Distribution};
+use hetgen_spec::model::{Channel, HOMOGENEOUS_GROUP, InputMode, Role, S3Distribution};
 use serde::Serialize;
 
 use crate::{LocalError, RunDir};
@@ -159,6 +159,9 @@ pub fn receives(channel: &Channel, host: &Host) -> bool {
 pub struct LocalChannel {
     /// The channel as the spec resolved it.
     pub channel: Channel,
+    /// How SageMaker would deliver it: `File` or `FastFile`, both files, which its folder
+    /// stands in for.
+    pub mode: InputMode,
     /// Its local folder, absolute.
     pub folder: PathBuf,
 }
@@ -168,6 +171,12 @@ pub fn local_channels(job: &Job, spec_dir: &Path) -> Result<Vec<LocalChannel>, L
     job.channels
         .iter()
         .map(|channel| {
+            let mode = job.input_mode(channel);
+            if mode == InputMode::Pipe {
+                return Err(LocalError::PipeChannel {
+                    channel: channel.name.clone(),
+                });
+            }
             let Some(path) = &channel.local_path else {
                 return Err(LocalError::RemoteChannel {
                     channel: channel.name.clone(),
@@ -184,6 +193,7 @@ pub fn local_channels(job: &Job, spec_dir: &Path) -> Result<Vec<LocalChannel>, L
                 })?;
             Ok(LocalChannel {
                 channel: channel.clone(),
+                mode,
                 folder,
             })
         })
@@ -254,7 +264,11 @@ impl Layout {
             .map(|c| {
                 (
                     c.channel.name.clone(),
-                    ChannelConfig::file(c.channel.content_type.clone(), c.channel.distribution),
+                    ChannelConfig::files(
+                        c.channel.content_type.clone(),
+                        c.channel.distribution,
+                        c.mode,
+                    ),
                 )
             })
             .collect()

@@ -72,6 +72,14 @@ pub struct Job {
 }
 
 impl Job {
+    /// How SageMaker delivers `channel`: its own mode, else the job's, else `File`.
+    pub fn input_mode(&self, channel: &Channel) -> InputMode {
+        channel
+            .input_mode
+            .or(self.sagemaker.as_ref().map(|sm| sm.input_mode))
+            .unwrap_or(InputMode::File)
+    }
+
     /// The trainer group (validation proves there is exactly one).
     pub fn trainer_group(&self) -> &Group {
         self.groups

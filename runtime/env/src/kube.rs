@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use hetgen_spec::kube::{GROUP_VAR, GROUPS_VAR, INDEX_VAR, JOBSET_VAR, KubeGroup, pod_host};
-use hetgen_spec::model::S3Distribution;
+use hetgen_spec::model::{InputMode, S3Distribution};
 
 use crate::{
     ChannelConfig, Env, EnvError, InstanceGroup, Paths, ResourceConfig, VariableError, host_order,
@@ -68,7 +68,8 @@ pub(crate) fn load(paths: Paths, var: &impl Fn(&str) -> Option<String>) -> Resul
         .iter()
         .map(|name| {
             // A volume: every pod sees all of it, as files.
-            let config = ChannelConfig::file(None, S3Distribution::FullyReplicated);
+            let config =
+                ChannelConfig::files(None, S3Distribution::FullyReplicated, InputMode::File);
             (name.clone(), config)
         })
         .collect();

@@ -33,7 +33,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hetgen_spec::model::S3Distribution;
+use hetgen_spec::model::{InputMode, S3Distribution};
 use serde::{Deserialize, Serialize};
 
 pub use cache::cache_dir;
@@ -201,17 +201,24 @@ pub struct ChannelConfig {
 }
 
 impl ChannelConfig {
-    /// A channel delivered as files (File mode) of plain objects, as `hetgen deploy --local`
-    /// delivers every channel: a local channel is a folder on disk.
-    pub fn file(content_type: Option<String>, distribution: S3Distribution) -> ChannelConfig {
-        let distribution = serde_json::to_value(distribution)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .expect("S3Distribution serializes as its name");
+    /// A channel delivered as files of plain objects: copied first (`File`) or mounted and read
+    /// on demand (`FastFile`), which look alike to the container. `hetgen deploy --local`
+    /// delivers a channel as its folder on disk, which stands in for either.
+    pub fn files(
+        content_type: Option<String>,
+        distribution: S3Distribution,
+        mode: InputMode,
+    ) -> ChannelConfig {
+        let name = |value: serde_json::Value| {
+            value
+                .as_str()
+                .map(str::to_owned)
+                .expect("serializes as its name")
+        };
         ChannelConfig {
             content_type,
-            training_input_mode: "File".to_owned(),
-            s3_distribution_type: distribution,
+            training_input_mode: name(serde_json::json!(mode)),
+            s3_distribution_type: name(serde_json::json!(distribution)),
             record_wrapper_type: "None".to_owned(),
         }
     }

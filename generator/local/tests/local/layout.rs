@@ -390,6 +390,7 @@ name = "label-set"
 uri = "s3://bucket/labels/"
 local_path = "labels"
 instance_groups = ["dnn_group"]
+input_mode = "FastFile"
 "#,
         train.display()
     ));
@@ -444,7 +445,7 @@ instance_groups = ["dnn_group"]
                 json!({"label-set": {
                     "RecordWrapperType": "None",
                     "S3DistributionType": "FullyReplicated",
-                    "TrainingInputMode": "File",
+                    "TrainingInputMode": "FastFile",
                 }})
             );
             assert_eq!(channels, ["label-set"]);
@@ -757,6 +758,24 @@ fn a_channel_only_in_s3_cannot_run_locally() {
             assert!(message.contains("s3://bucket/train/"), "{message}");
         }
         other => panic!("an S3-only channel gave {other:?}"),
+    }
+}
+
+#[test]
+fn a_pipe_channel_cannot_run_locally() {
+    let dir = tempfile::tempdir().unwrap();
+    let _labels = data_folder(dir.path(), "labels", &["labels.csv"]);
+    let job = with_channels(
+        "[[channel]]\nname = \"label-set\"\nuri = \"s3://bucket/labels/\"\nlocal_path = \"labels\"\n\
+         instance_groups = [\"dnn_group\"]\ninput_mode = \"Pipe\"\n",
+    );
+    match refused(&job, options(dir.path(), &no_launcher(dir.path()))) {
+        e @ LocalError::PipeChannel { .. } => {
+            assert!(e.to_string().contains("`label-set`"), "{e}");
+            let help = miette::Diagnostic::help(&e).unwrap().to_string();
+            assert!(help.contains("FastFile"), "{help}");
+        }
+        other => panic!("a Pipe channel gave {other:?}"),
     }
 }
 
