@@ -68,9 +68,10 @@ def test_an_iterable_dataset_fails_the_data_host_naming_the_factory(dataset_clus
     assert cluster.wait_stopped(120)[host] not in (0, None)
     failure = (cluster.root / host / "output" / "failure").read_text()
     assert (
-        "a map-style dataset (`__len__` and `__getitem__`) is required; "
+        "a map-style dataset (`__len__` and `__getitem__`) or `hetgen.Shards` is required; "
         f"`faults.py:{factory}` returned an IterableDataset (`faults."
     ) in failure, failure
+    assert "hetgen.Shards(shard_list, read)" in failure, failure
     assert "Traceback" not in failure, failure
 
 

@@ -12,6 +12,21 @@ use hetgen_spec::model::{Job, Source};
 use crate::python::{PythonSetup, Workers};
 use crate::{Batch, Engine, PipelineError, ShardWork, StageRegistry};
 
+/// What [`Batches::run_stream`] is asked to read: a shard of a dataset of shards from one of
+/// its batches on (all but a shard's last batch are full, so batch `n` starts at sample
+/// `n × batch_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamWork {
+    /// Epoch: it seeds the samples' randomness.
+    pub epoch: u32,
+    /// The shard's index in the dataset's list.
+    pub shard: u32,
+    /// The first batch to send: 0, or where a backup copy or a resumed epoch starts.
+    pub first_batch: u32,
+    /// Samples per batch; the shard's last batch may be short.
+    pub batch_size: u32,
+}
+
 /// A maker of batches from shards of sample ids.
 pub trait Batches: Send + Sync + 'static {
     /// Per-sample `[height, width, channels]` of built-in `u8` images; zeros for a Python
@@ -35,6 +50,23 @@ pub trait Batches: Send + Sync + 'static {
         work: ShardWork<'_>,
         emit: &mut dyn FnMut(Batch) -> bool,
     ) -> Result<(), PipelineError>;
+    /// A dataset of shards (`hetgen.Shards`): how many shards it has; `None` for a source of
+    /// samples by id, which [`Batches::run_shard`] makes.
+    fn shards(&self) -> Option<u32> {
+        None
+    }
+    /// Read the work's shard from its first batch to the shard's end, calling `emit` with each
+    /// batch and whether it is the shard's last; stop early when it returns `false`. Batch
+    /// indices count from the work's `first_batch`; sample ids are
+    /// [`stream_sample_id`](crate::plan::stream_sample_id)s.
+    fn run_stream(
+        &self,
+        work: StreamWork,
+        emit: &mut dyn FnMut(Batch, bool) -> bool,
+    ) -> Result<(), PipelineError> {
+        let _ = (work, emit);
+        Err(PipelineError::NotShards)
+    }
     /// Let the training threads of this host go first: see [`Engine::run_in_background`]. A
     /// maker with no threads or processes of its own has nothing to lower.
     fn run_in_background(&self) -> std::io::Result<()> {

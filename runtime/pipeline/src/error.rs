@@ -86,6 +86,27 @@ pub enum PipelineError {
         /// Samples in the source.
         samples: u64,
     },
+    /// A shard outside a dataset of shards.
+    #[error("shard {shard} does not exist: the dataset has {shards} shards")]
+    UnknownShard {
+        /// The index asked for.
+        shard: u32,
+        /// Shards in the dataset.
+        shards: u32,
+    },
+    /// A shard's samples were asked for by id from a map-style source, or by id from a
+    /// dataset of shards: the trainer's plan and the host's dataset disagree.
+    #[error("the host's dataset is a dataset of shards; its samples have no ids to ask for")]
+    NotSamples,
+    /// See [`PipelineError::NotSamples`].
+    #[error("the host's source is not a dataset of shards (`hetgen.Shards`)")]
+    NotShards,
+    /// A shard past the 2^32 samples a shard may hold.
+    #[error("shard {shard} holds more than 4294967295 samples, the most one shard may hold")]
+    ShardTooLong {
+        /// The shard.
+        shard: u32,
+    },
     /// The Python dataset could not be built on this host (its import, the factory, `len`).
     #[error("the Python dataset `{dataset}` could not be built:\n{message}")]
     PythonSetup {

@@ -29,13 +29,13 @@ pub mod tensor;
 
 pub use alloc::{release_free_memory, tune_allocator};
 pub use batch::{Batch, Contents};
-pub use batches::{Batches, open};
+pub use batches::{Batches, StreamWork, open};
 pub use engine::{Engine, ShardWork, available_cores};
 pub use error::PipelineError;
 pub use image::Image;
 pub use input::{BatchStream, BoxError, InputConfig, Position};
 pub use local::LocalInput;
-pub use plan::{EpochPlan, Shard};
+pub use plan::{EpochPlan, Shard, StreamPlan, stream_sample_id, stream_sample_of};
 pub use rng::SampleRng;
 pub use stage::{Params, Stage, StageFactory, StageRegistry};
 pub use tensor::{DType, Tensor};

@@ -90,6 +90,56 @@ impl EpochPlan {
     }
 }
 
+/// The sample at `position` of shard `shard` of a dataset of shards, as batches name it: the
+/// shard above 32 bits, the position below, so that ids stay unique across the epoch without
+/// knowing any shard's length. `worker.py` mirrors this for its messages.
+pub fn stream_sample_id(shard: u32, position: u32) -> u64 {
+    (u64::from(shard) << 32) | u64::from(position)
+}
+
+/// The shard and position of a [`stream_sample_id`].
+pub fn stream_sample_of(id: u64) -> (u32, u32) {
+    ((id >> 32) as u32, id as u32)
+}
+
+/// The shards of one epoch of a dataset of shards (`hetgen.Shards`) for one trainer rank.
+///
+/// The epoch's order of the dataset's `shards` is drawn from (seed, epoch); rank `r` of
+/// `world` takes the shards at places `r`, `r + world`, … of it, as WebDataset's
+/// `split_by_node` does, so no shard goes to two ranks; the `shards % world` last ones of the
+/// order sit this epoch out, so every rank has as many shards. A shard's samples come in the
+/// shard's own order; how many there are is learned as it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPlan {
+    /// The epoch.
+    pub epoch: u32,
+    /// The dataset's shard indices this rank reads, in the order a deterministic consumer
+    /// yields them.
+    pub shards: Vec<u32>,
+}
+
+impl StreamPlan {
+    /// The plan of `epoch` for `rank` of `world` trainer ranks over `shards` shards.
+    pub fn new(seed: u64, epoch: u32, shards: u32, rank: u32, world: u32) -> Self {
+        assert!(world > 0 && rank < world, "rank {rank} of {world}");
+        let mut order: Vec<u32> = (0..shards).collect();
+        // The map-style plan's stream key less one: never a sample id, nor that plan's key.
+        let mut rng = SampleRng::new(seed, epoch, u64::MAX - 1);
+        for i in (1..order.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        let rounds = (shards / world) as usize;
+        let shards = order[..rounds * world as usize]
+            .iter()
+            .skip(rank as usize)
+            .step_by(world as usize)
+            .copied()
+            .collect();
+        StreamPlan { epoch, shards }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +185,36 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 999);
+    }
+
+    #[test]
+    fn a_stream_plan_deals_each_shard_to_one_rank_and_repeats() {
+        let plans: Vec<_> = (0..3).map(|r| StreamPlan::new(5, 1, 11, r, 3)).collect();
+        assert!(plans.iter().all(|p| p.shards.len() == 3), "{plans:?}");
+        let dealt: BTreeSet<u32> = plans.iter().flat_map(|p| p.shards.clone()).collect();
+        assert_eq!(dealt.len(), 9, "no shard on two ranks");
+        assert_eq!(plans[1], StreamPlan::new(5, 1, 11, 1, 3));
+        let epochs: Vec<_> = (0..4).map(|e| StreamPlan::new(5, e, 11, 0, 1)).collect();
+        assert!(epochs.iter().all(|p| p.shards.len() == 11));
+        assert!(
+            epochs.windows(2).any(|w| w[0].shards != w[1].shards),
+            "epochs draw their own orders"
+        );
+        assert_eq!(
+            (0..11).collect::<BTreeSet<u32>>(),
+            epochs[2].shards.iter().copied().collect()
+        );
+    }
+
+    #[test]
+    fn a_stream_sample_id_is_its_shard_and_position() {
+        let id = stream_sample_id(7, 41);
+        assert_eq!(id, (7 << 32) | 41);
+        assert_eq!(stream_sample_of(id), (7, 41));
+        assert_eq!(
+            stream_sample_of(stream_sample_id(u32::MAX, u32::MAX)),
+            (u32::MAX, u32::MAX)
+        );
     }
 
     #[test]

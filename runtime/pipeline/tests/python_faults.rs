@@ -194,8 +194,12 @@ fn a_factory_that_returns_no_map_style_dataset_fails_naming_it() {
     let text = workers.err().expect("the start fails").to_string();
     assert!(
         text.contains(
-            "a map-style dataset (`__len__` and `__getitem__`) is required; `faults.py:stream` returned a Stream without `__len__`"
+            "a map-style dataset (`__len__` and `__getitem__`) or `hetgen.Shards` is required; `faults.py:stream` returned a Stream without `__len__`"
         ),
+        "{text}"
+    );
+    assert!(
+        text.contains("return `hetgen.Shards(shard_list, read)`"),
         "{text}"
     );
     assert!(!text.contains("Traceback"), "{text}");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::process::{Doing, Failed, Made, Process};
 use super::protocol::ErrorKind;
-use super::{BUILD_LOG_EVERY, Job, MAX_DEATHS, Pool, SAMPLE_TIMEOUT_VAR};
+use super::{BUILD_LOG_EVERY, BatchJob, Job, MAX_DEATHS, Pool, SAMPLE_TIMEOUT_VAR};
 use crate::PipelineError;
 
 /// A worker thread: takes batch requests off the queue and has its process make them,
@@ -38,19 +38,28 @@ pub(super) fn serve(
                 Err(_) => break,
             }
         };
-        if job.cancelled.load(Ordering::Relaxed) {
-            continue;
+        match job {
+            Job::Batch(job) => {
+                if job.cancelled.load(Ordering::Relaxed) {
+                    continue;
+                }
+                pool.busy.fetch_add(1, Ordering::Relaxed);
+                let result = Maker {
+                    pool,
+                    slot,
+                    process: &mut process,
+                    job: &job,
+                }
+                .make();
+                pool.busy.fetch_sub(1, Ordering::Relaxed);
+                let _ = job.reply.send(result);
+            }
+            Job::Stream(job) => {
+                pool.busy.fetch_add(1, Ordering::Relaxed);
+                super::stream::serve(pool, slot, &mut process, &job);
+                pool.busy.fetch_sub(1, Ordering::Relaxed);
+            }
         }
-        pool.busy.fetch_add(1, Ordering::Relaxed);
-        let result = Maker {
-            pool,
-            slot,
-            process: &mut process,
-            job: &job,
-        }
-        .make();
-        pool.busy.fetch_sub(1, Ordering::Relaxed);
-        let _ = job.reply.send(result);
     }
     pool.forget(slot);
 }
@@ -66,7 +75,7 @@ struct Maker<'a> {
     pool: &'a Pool,
     slot: usize,
     process: &'a mut Option<Process>,
-    job: &'a Job,
+    job: &'a BatchJob,
 }
 
 impl Maker<'_> {
@@ -184,60 +193,73 @@ impl Maker<'_> {
     }
 
     fn drop_worker(&mut self) {
-        self.pool.forget(self.slot);
-        *self.process = None;
+        drop_worker(self.pool, self.slot, self.process);
     }
 
-    /// This thread's worker, started when there is none.
     fn worker(&mut self) -> Result<&mut Process, PipelineError> {
-        if self.pool.closing() {
+        worker(self.pool, self.slot, self.process)
+    }
+}
+
+/// Forgets thread `slot`'s worker (it died, or is being stopped).
+pub(super) fn drop_worker(pool: &Pool, slot: usize, process: &mut Option<Process>) {
+    pool.forget(slot);
+    *process = None;
+}
+
+/// Thread `slot`'s worker, started when there is none.
+pub(super) fn worker<'p>(
+    pool: &Pool,
+    slot: usize,
+    process: &'p mut Option<Process>,
+) -> Result<&'p mut Process, PipelineError> {
+    if pool.closing() {
+        return Err(stopping());
+    }
+    if process.is_none() {
+        let name = format!("w{slot}");
+        let mut next_log = BUILD_LOG_EVERY;
+        let mut waiting = |waited: Duration| {
+            if waited >= next_log {
+                next_log += BUILD_LOG_EVERY;
+                tracing::info!(
+                    worker = %name,
+                    seconds = waited.as_secs(),
+                    "building the dataset `{}` again in a new worker: {} s",
+                    pool.dataset,
+                    waited.as_secs()
+                );
+            }
+            !pool.closing()
+        };
+        let begun = Instant::now();
+        let started = Process::start(
+            (pool.command)(),
+            pool.folder.path(),
+            &name,
+            &pool.setup,
+            &mut waiting,
+        );
+        let (started, _) = started.map_err(|message| {
+            if pool.closing() {
+                stopping()
+            } else {
+                PipelineError::PythonSetup {
+                    dataset: pool.dataset.clone(),
+                    message,
+                }
+            }
+        })?;
+        pool.adopt(slot, &started);
+        tracing::debug!(worker = %name, seconds = begun.elapsed().as_secs_f64(), "new Python worker");
+        *process = Some(started);
+        // Adopted before this look: a pool closing now either sees it or is seen here.
+        if pool.closing() {
+            drop_worker(pool, slot, process);
             return Err(stopping());
         }
-        if self.process.is_none() {
-            let (pool, name) = (self.pool, format!("w{}", self.slot));
-            let mut next_log = BUILD_LOG_EVERY;
-            let mut waiting = |waited: Duration| {
-                if waited >= next_log {
-                    next_log += BUILD_LOG_EVERY;
-                    tracing::info!(
-                        worker = %name,
-                        seconds = waited.as_secs(),
-                        "building the dataset `{}` again in a new worker: {} s",
-                        pool.dataset,
-                        waited.as_secs()
-                    );
-                }
-                !pool.closing()
-            };
-            let begun = Instant::now();
-            let started = Process::start(
-                (pool.command)(),
-                pool.folder.path(),
-                &name,
-                &pool.setup,
-                &mut waiting,
-            );
-            let (started, _) = started.map_err(|message| {
-                if pool.closing() {
-                    stopping()
-                } else {
-                    PipelineError::PythonSetup {
-                        dataset: pool.dataset.clone(),
-                        message,
-                    }
-                }
-            })?;
-            pool.adopt(self.slot, &started);
-            tracing::debug!(worker = %name, seconds = begun.elapsed().as_secs_f64(), "new Python worker");
-            *self.process = Some(started);
-            // Adopted before this look: a pool closing now either sees it or is seen here.
-            if pool.closing() {
-                self.drop_worker();
-                return Err(stopping());
-            }
-        }
-        Ok(self.process.as_mut().expect("started above"))
     }
+    Ok(process.as_mut().expect("started above"))
 }
 
 fn stopping() -> PipelineError {

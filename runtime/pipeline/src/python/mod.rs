@@ -20,6 +20,7 @@ mod process;
 mod protocol;
 mod segments;
 mod stack;
+mod stream;
 pub mod usage;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -35,10 +36,10 @@ use std::time::{Duration, Instant};
 use hetgen_spec::model::{Pipeline, PythonRef};
 
 use crate::engine::{BACKGROUND_NICE, lower_priority};
-use crate::{Batch, Batches, Contents, PipelineError, ShardWork};
+use crate::{Batch, Batches, Contents, PipelineError, ShardWork, StreamWork};
 use make::{serve, user_error};
 use process::{Failed, Made, Process};
-use protocol::Setup;
+use protocol::{Built, Setup};
 pub use segments::SEGMENTS;
 
 /// The worker's source, written into the shared-memory folder and run by the job's Python.
@@ -81,8 +82,15 @@ pub struct PythonSetup {
     pub hyperparameters: BTreeMap<String, String>,
 }
 
-/// A batch request queued for the workers.
-struct Job {
+/// A request queued for the workers: a batch of samples by id, which any worker makes, or a
+/// shard of a dataset of shards, which one worker reads to its end.
+enum Job {
+    Batch(BatchJob),
+    Stream(stream::StreamJob),
+}
+
+/// A batch of a map-style dataset, by sample id.
+struct BatchJob {
     epoch: u32,
     ids: Vec<u64>,
     cancelled: Arc<AtomicBool>,
@@ -104,7 +112,8 @@ struct Pool {
     background: AtomicBool,
     /// Each thread's live worker, by slot.
     live: Mutex<Vec<Option<Live>>>,
-    samples: u64,
+    /// What the dataset is: its length, or its number of shards.
+    built: Built,
     /// The per-sample deadline, in milliseconds.
     sample_timeout_ms: AtomicU64,
 }
@@ -190,7 +199,7 @@ impl Workers {
         };
         let mut processes = start_all(&command, &dir, &wire_setup, threads, &dataset.to_string())
             .map_err(failed)?;
-        let (samples, sample_bytes) = first_sample(&mut processes, sample_timeout, &failed)?;
+        let (built, sample_bytes) = first_sample(&mut processes, sample_timeout, &failed)?;
 
         let live = processes
             .iter()
@@ -206,13 +215,13 @@ impl Workers {
             closing: AtomicBool::new(false),
             background: AtomicBool::new(false),
             live: Mutex::new(live),
-            samples,
+            built,
             sample_timeout_ms: AtomicU64::new(sample_timeout.as_millis() as u64),
         });
         let (tx, threads) = serve_all(&pool, processes)?;
         tracing::info!(
             workers = threads.len(),
-            samples,
+            dataset_is = ?built,
             sample_bytes,
             dataset = %dataset,
             "Python dataset ready"
@@ -250,56 +259,68 @@ impl Workers {
         cancelled: &Arc<AtomicBool>,
     ) -> Receiver<Result<Made, PipelineError>> {
         let (reply, rx) = sync_channel(1);
-        let job = Job {
+        self.queue(Job::Batch(BatchJob {
             epoch,
             ids: ids.to_vec(),
             cancelled: cancelled.clone(),
             reply,
-        };
-        if let Some(jobs) = &self.jobs {
-            // A closed queue drops `reply`, which the caller sees as the pool stopping.
-            let _ = jobs.send(job);
-        }
+        }));
         rx
     }
+
+    fn queue(&self, job: Job) {
+        if let Some(jobs) = &self.jobs {
+            // A closed queue drops the job's reply channel, which its caller sees as the pool
+            // stopping.
+            let _ = jobs.send(job);
+        }
+    }
 }
 
-/// The dataset's length, which every worker must agree on, and the bytes of one sample (for
-/// the memory budget and the message-size check of a batch), made by the first worker.
+/// What the workers built (its length or its shards, which every worker must agree on), and
+/// the bytes of one sample (for the memory budget and the message-size check of a batch): the
+/// dataset's first, or the first of its first shard that has one, made by the first worker.
 fn first_sample(
-    processes: &mut [(Process, u64)],
+    processes: &mut [(Process, Built)],
     deadline: Duration,
     failed: &dyn Fn(String) -> PipelineError,
-) -> Result<(u64, usize), PipelineError> {
-    let samples = processes[0].1;
-    if let Some((_, other)) = processes.iter().find(|(_, n)| *n != samples) {
+) -> Result<(Built, usize), PipelineError> {
+    let built = processes[0].1;
+    if let Some((_, other)) = processes.iter().find(|(_, b)| *b != built) {
         return Err(failed(format!(
-            "two workers built datasets of {samples} and {other} samples: `len()` must not \
-             depend on anything but the path and the hyperparameters"
+            "two workers built different datasets ({built:?} and {other:?}): what the factory \
+             returns must not depend on anything but the path and the hyperparameters"
         )));
     }
-    if samples == 0 {
-        return Err(failed("the dataset is empty (`len()` is 0)".into()));
-    }
-    let made = processes[0]
-        .0
-        .batch(0, &[0], deadline)
-        .map_err(|f| match f {
-            Failed::User {
-                kind,
-                message,
-                sample,
-            } => user_error(kind, message, sample),
-            Failed::Died { how, .. } => failed(format!("the worker died making sample 0 ({how})")),
-            Failed::Stuck { doing, stack } => make::timeout(doing, deadline, stack),
-        })?;
-    Ok((samples, made.data.len()))
+    let blame = |f: Failed, what: &str| match f {
+        Failed::User {
+            kind,
+            message,
+            sample,
+        } => user_error(kind, message, sample),
+        Failed::Died { how, .. } => failed(format!("the worker died making {what} ({how})")),
+        Failed::Stuck { doing, stack } => make::timeout(doing, deadline, stack),
+    };
+    let process = &mut processes[0].0;
+    let made = match built {
+        Built::Len(0) => return Err(failed("the dataset is empty (`len()` is 0)".into())),
+        Built::Len(_) => process
+            .batch(0, &[0], deadline)
+            .map_err(|f| blame(f, "sample 0"))?,
+        Built::Shards(shards) => (0..shards)
+            .find_map(|shard| match process.next(0, (shard, 0, 1), deadline) {
+                Ok((Some(made), _, _)) => Some(Ok(made)),
+                Ok((None, _, _)) => None,
+                Err(f) => Some(Err(blame(f, &format!("the first sample of shard {shard}")))),
+            })
+            .unwrap_or_else(|| Err(failed("every shard of the dataset is empty".into())))?,
+    };
+    Ok((built, made.data.len()))
 }
 
-/// A thread per worker, serving the queue whose sender this returns.
 fn serve_all(
     pool: &Arc<Pool>,
-    processes: Vec<(Process, u64)>,
+    processes: Vec<(Process, Built)>,
 ) -> Result<(Sender<Job>, Vec<JoinHandle<()>>), PipelineError> {
     let (tx, rx) = channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
@@ -345,9 +366,9 @@ fn start_all(
     setup: &Setup,
     threads: usize,
     dataset: &str,
-) -> Result<Vec<(Process, u64)>, String> {
+) -> Result<Vec<(Process, Built)>, String> {
     let failed = AtomicBool::new(false);
-    let mut started: Vec<Option<(Process, u64)>> = (0..threads).map(|_| None).collect();
+    let mut started: Vec<Option<(Process, Built)>> = (0..threads).map(|_| None).collect();
     let mut first_error = None;
     std::thread::scope(|scope| {
         let (done, finished) = channel();
@@ -444,7 +465,17 @@ impl Batches for Workers {
     }
 
     fn samples_per_epoch(&self) -> u64 {
-        self.pool.samples
+        match self.pool.built {
+            Built::Len(samples) => samples,
+            Built::Shards(_) => 0,
+        }
+    }
+
+    fn shards(&self) -> Option<u32> {
+        match self.pool.built {
+            Built::Len(_) => None,
+            Built::Shards(shards) => Some(shards),
+        }
     }
 
     fn threads(&self) -> usize {
@@ -460,10 +491,13 @@ impl Batches for Workers {
         work: ShardWork<'_>,
         emit: &mut dyn FnMut(Batch) -> bool,
     ) -> Result<(), PipelineError> {
-        if let Some(&bad) = work.ids.iter().find(|id| **id >= self.pool.samples) {
+        let Built::Len(samples) = self.pool.built else {
+            return Err(PipelineError::NotSamples);
+        };
+        if let Some(&bad) = work.ids.iter().find(|id| **id >= samples) {
             return Err(PipelineError::UnknownSample {
                 sample: bad,
-                samples: self.pool.samples,
+                samples,
             });
         }
         let chunks: Vec<&[u64]> = work.ids.chunks(work.batch_size.max(1) as usize).collect();
@@ -504,6 +538,14 @@ impl Batches for Workers {
         // Requests still queued are skipped; batches being made are dropped when they arrive.
         cancelled.store(true, Ordering::Relaxed);
         result
+    }
+
+    fn run_stream(
+        &self,
+        work: StreamWork,
+        emit: &mut dyn FnMut(Batch, bool) -> bool,
+    ) -> Result<(), PipelineError> {
+        self.stream(work, emit)
     }
 
     fn run_in_background(&self) -> std::io::Result<()> {

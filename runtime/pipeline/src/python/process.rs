@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::protocol::{ErrorKind, MadeBatch, Reply, Request, Setup};
+use super::protocol::{Built, ErrorKind, MadeBatch, Reply, Request, Setup};
 use super::segments::Ring;
 use super::stack;
 use crate::tensor::Tensor;
@@ -138,7 +138,7 @@ impl Drop for Slot {
 
 impl Process {
     /// Starts the worker `name` with `command`, sends it `setup` and waits until its dataset is
-    /// built: `Ok((process, samples))`, or the traceback of why it could not be. `waiting` is
+    /// built: `Ok((process, what it built))`, or the traceback of why it could not be. `waiting` is
     /// told how long it has waited, every [`TICK`]; when it says `false`, the worker is stopped
     /// and the start fails.
     pub(super) fn start(
@@ -147,7 +147,7 @@ impl Process {
         name: &str,
         setup: &Setup,
         waiting: &mut dyn FnMut(Duration) -> bool,
-    ) -> Result<(Process, u64), String> {
+    ) -> Result<(Process, Built), String> {
         let begun = Instant::now();
         let socket = dir.join(format!("{name}.sock"));
         let stack_file = dir.join(format!("{name}.stack"));
@@ -196,7 +196,7 @@ impl Process {
             }
         }
         match sent.and_then(|()| process.receive()) {
-            Ok(Reply::Ready { len }) => Ok((process, len)),
+            Ok(Reply::Ready(built)) => Ok((process, built)),
             Ok(Reply::Error(error)) => Err(error.message),
             Ok(reply) => Err(format!(
                 "the Python worker answered its setup with {reply:?}"
@@ -248,6 +248,43 @@ impl Process {
             how,
             doing: Doing::Collate,
         })
+    }
+
+    /// The next `count` samples of `shard` of `epoch` from position `from`, read and collated
+    /// by the worker (each sample, and the collate, within `deadline`): the batch (none when
+    /// the shard had no sample left), how many samples it holds, and whether the shard ended.
+    pub(super) fn next(
+        &mut self,
+        epoch: u32,
+        (shard, from, count): (u32, u32, u32),
+        deadline: Duration,
+    ) -> Result<(Option<Made>, u32, bool), Failed> {
+        self.next_file += 1;
+        let file = format!("{}-{}", self.name, self.next_file);
+        let segment = self.ring.lend();
+        let request = Request::next(self.seed, epoch, (shard, from, count), &file, segment);
+        let reply = self
+            .ask(&request, deadline)
+            .inspect_err(|_| self.ring.give_back(None))?;
+        let streamed = match reply {
+            Reply::Streamed(s) if s.samples <= count && s.made.is_some() == (s.samples > 0) => s,
+            reply => {
+                self.ring.give_back(None);
+                return Err(self.broke(
+                    format!("it answered a shard's next samples with {reply:?}"),
+                    Doing::Collate,
+                ));
+            }
+        };
+        let Some(made) = streamed.made else {
+            self.ring.give_back(None);
+            return Ok((None, 0, streamed.end));
+        };
+        let made = self.collect(&file, made).map_err(|how| Failed::Died {
+            how,
+            doing: Doing::Collate,
+        })?;
+        Ok((Some(made), streamed.samples, streamed.end))
     }
 
     /// Samples `ids` of `epoch` made one after another and dropped, not collated: whether one

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::segments::{Lent, Placed};
+use crate::plan::stream_sample_id;
 use crate::rng::python_seed;
 use crate::tensor::{DType, Tensor};
 use hetgen_spec::model::PythonRef;
@@ -66,6 +67,16 @@ pub(super) enum Request<'a> {
     /// Make these samples one after another and drop them, not collated (is one of them what
     /// kills the worker?); answered by [`Reply::Probed`].
     Probe { ids: &'a [u64], seeds: Vec<u64> },
+    /// A dataset of shards: the samples of `shard` from position `from`, one per seed but the
+    /// last, which is the seed of the sample after them, read ahead to learn whether the shard
+    /// ends there; collated and written as a batch is; answered by [`Reply::Streamed`].
+    Next {
+        shard: u32,
+        from: u32,
+        seeds: Vec<u64>,
+        file: &'a str,
+        segment: Option<Lent>,
+    },
 }
 
 impl<'a> Request<'a> {
@@ -80,6 +91,28 @@ impl<'a> Request<'a> {
         Request::Batch {
             ids,
             seeds: seeds(seed, epoch, ids),
+            file,
+            segment,
+        }
+    }
+
+    /// The next `count` samples of `shard` of `epoch` from `from`, written into `segment` or
+    /// `file`.
+    pub(super) fn next(
+        seed: u64,
+        epoch: u32,
+        (shard, from, count): (u32, u32, u32),
+        file: &'a str,
+        segment: Option<Lent>,
+    ) -> Self {
+        let positions = u64::from(from)..=u64::from(from) + u64::from(count);
+        let ids: Vec<u64> = positions
+            .map(|p| stream_sample_id(shard, u32::try_from(p).unwrap_or(u32::MAX)))
+            .collect();
+        Request::Next {
+            shard,
+            from,
+            seeds: seeds(seed, epoch, &ids),
             file,
             segment,
         }
@@ -102,14 +135,35 @@ fn seeds(seed: u64, epoch: u32, ids: &[u64]) -> Vec<u64> {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum Reply {
-    /// The dataset is built; `len()` of it.
-    Ready { len: u64 },
+    /// The dataset is built.
+    Ready(Built),
     /// The batch is in its file.
     Made(MadeBatch),
+    /// The next samples of a shard: how many, whether the shard ended with them, and their
+    /// batch (none when the shard had no sample left).
+    Streamed(Streamed),
     /// The probed samples came through; how many.
     Probed(u64),
     /// What was asked failed.
     Error(WorkerError),
+}
+
+/// What a worker built, as its ready message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Built {
+    /// A map-style dataset: `len()` of it.
+    Len(u64),
+    /// `hetgen.Shards`: how many shards.
+    Shards(u32),
+}
+
+/// The next samples of a shard, as the worker wrote them.
+#[derive(Debug, Deserialize)]
+pub(super) struct Streamed {
+    pub samples: u32,
+    pub end: bool,
+    pub made: Option<MadeBatch>,
 }
 
 /// A batch the worker wrote.
@@ -209,6 +263,29 @@ mod tests {
                 kind: ErrorKind::Getitem,
                 sample: Some(5),
                 ..
+            })
+        ));
+        let next = serde_json::to_value(Request::next(7, 1, (4, 10, 2), "w0-2", None)).unwrap();
+        assert_eq!(next["next"]["shard"], 4);
+        assert_eq!(next["next"]["from"], 10);
+        // One seed per sample asked for, and one for the sample read ahead.
+        let seeds: Vec<u64> = (10..13)
+            .map(|p| python_seed(7, 1, stream_sample_id(4, p)))
+            .collect();
+        assert_eq!(next["next"]["seeds"], serde_json::json!(seeds));
+        let ready: Reply = serde_json::from_str(r#"{"ready": {"shards": 12}}"#).unwrap();
+        assert!(matches!(ready, Reply::Ready(Built::Shards(12))));
+        let ready: Reply = serde_json::from_str(r#"{"ready": {"len": 5}}"#).unwrap();
+        assert!(matches!(ready, Reply::Ready(Built::Len(5))));
+        let streamed: Reply =
+            serde_json::from_str(r#"{"streamed": {"samples": 0, "end": true, "made": null}}"#)
+                .unwrap();
+        assert!(matches!(
+            streamed,
+            Reply::Streamed(Streamed {
+                samples: 0,
+                end: true,
+                made: None
             })
         ));
         // A reply of another shape is no reply.

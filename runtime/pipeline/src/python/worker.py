@@ -15,6 +15,21 @@ HETGEN_WORKER_SOCKET: 4-byte little-endian lengths, each followed by that many b
     pipeline -> worker   {"probe": {"ids": [...], "seeds": [...]}}  (made, not collated)
     worker -> pipeline   {"probed": N} or {"error": ...}
 
+A dataset of shards (a factory that returns ``hetgen.Shards``: the shard list and a function
+that yields one shard's samples) is ready with {"ready": {"shards": S}} instead, and is asked
+for the next samples of a shard rather than for ids:
+
+    pipeline -> worker   {"next": {"shard": K, "from": P, "seeds": [...], "file": NAME,
+                                   "segment": ...}}
+    worker -> pipeline   {"streamed": {"samples": N, "end": true | false,
+                                       "made": {...} or null}}   or {"error": ...}
+
+``seeds`` holds one seed per sample asked for (positions P, P+1, ... of the shard) and one
+more, for the sample after them, which the worker reads ahead to know whether the shard ends
+with this batch (``end``). It keeps the shard open between requests: the next request for the
+shard from where this one stopped goes on reading; any other reopens the shard and skips to
+its position (a backup copy, a resumed epoch), reading the skipped samples and dropping them.
+
 These are the types of the pipeline's `python/protocol.rs`, which owns them: what both sides
 must agree on is decided there, once, and handed over. Each sample's seed comes with its id,
 and the element types a field may travel as, with their sizes, come in the setup.
@@ -431,6 +446,11 @@ def getitem(progress, dataset, sid, seed):
 def make(progress, dataset, collate, segments, request):
     ids, seeds = request["ids"], request["seeds"]
     samples = [getitem(progress, dataset, sid, seed) for sid, seed in zip(ids, seeds)]
+    return collated(progress, samples, ids, collate, segments, request)
+
+
+def collated(progress, samples, ids, collate, segments, request):
+    """`samples` (of `ids`) collated and written where `request` says."""
     progress.collating()
     if collate is None:
         structure, fields = stack_plan(samples, ids)
@@ -457,7 +477,8 @@ def probe(progress, dataset, ids, seeds):
 
 
 def build(setup):
-    """The dataset and the collate function of `setup`, and the dataset's length."""
+    """The dataset and the collate function of `setup`, and what the ready message says of
+    the dataset: its length, or its number of shards."""
     code_dir = setup["code_dir"]
     if code_dir not in sys.path:
         sys.path.insert(0, code_dir)
@@ -465,8 +486,111 @@ def build(setup):
     collate = load(code_dir, setup["collate"]) if setup.get("collate") else None
     hyperparameters = {k: hyperparameter(v) for k, v in setup["hyperparameters"].items()}
     dataset = factory(setup["path"], hyperparameters)
+    if is_shards(dataset):
+        return Stream(dataset, setup["dataset"]), collate, {"shards": len(dataset.shards)}
     refuse_unindexable(dataset, setup["dataset"])
-    return dataset, collate, len(dataset)
+    return dataset, collate, {"len": len(dataset)}
+
+
+def is_shards(dataset):
+    """`hetgen.Shards`, by its shape: a worker does not import hetgen (the pipeline's own tests
+    run it in an interpreter without it)."""
+    return isinstance(getattr(dataset, "shards", None), (list, tuple)) and callable(
+        getattr(dataset, "read", None)
+    )
+
+
+class Stream:
+    """A dataset of shards as a worker reads it: one shard open at a time, where the last
+    request left it, with the sample after that read ahead."""
+
+    def __init__(self, shards, ref):
+        self.shards, self.read = list(shards.shards), shards.read
+        if not self.shards:
+            raise Failure(
+                "setup",
+                f"`{ref['file']}:{ref['name']}` returned hetgen.Shards with no shards: list "
+                "the files (or other units) the dataset is stored in",
+            )
+        # (shard, position of `ahead`, the open iterator, the sample read ahead or END).
+        self.open = None
+
+    END = object()
+
+    def name(self, shard):
+        return f"shard {shard} (`{self.shards[shard]}`)"
+
+    def _next(self, progress, shard, iterator, position, seed):
+        """The sample at `position` of the open shard, or END."""
+        progress.sample(sample_id(shard, position))
+        if seed is not None:
+            seed_everything(seed)
+        try:
+            return next(iterator, self.END)
+        except Exception:
+            raise Failure(
+                "getitem",
+                f"{self.name(shard)}, sample at position {position}:\n{user_traceback()}",
+                sample_id(shard, position),
+            ) from None
+
+    def _seek(self, progress, shard, position):
+        """The open shard at `position`: as left, or opened again and read up to it."""
+        if self.open is not None and self.open[:2] == (shard, position):
+            return self.open
+        self.open = None
+        try:
+            iterator = iter(self.read(self.shards[shard]))
+        except Exception:
+            raise Failure(
+                "getitem",
+                f"{self.name(shard)} could not be opened:\n{user_traceback()}",
+                sample_id(shard, 0),
+            ) from None
+        for skipped in range(position):
+            if self._next(progress, shard, iterator, skipped, None) is self.END:
+                raise Failure(
+                    "getitem",
+                    f"{self.name(shard)} ended after {skipped} samples, before position "
+                    f"{position}, which it had before: a shard must yield the same samples "
+                    "each time it is read",
+                    sample_id(shard, skipped),
+                )
+        return (shard, position, iterator, None)
+
+    def take(self, progress, shard, start, seeds):
+        """Up to `len(seeds) - 1` samples of `shard` from `start`, and whether it ends there."""
+        _, _, iterator, ahead = self._seek(progress, shard, start)
+        if ahead is None:
+            ahead = self._next(progress, shard, iterator, start, seeds[0])
+        samples = []
+        for i in range(1, len(seeds)):
+            if ahead is self.END:
+                break
+            samples.append(ahead)
+            ahead = self._next(progress, shard, iterator, start + i, seeds[i])
+        end = ahead is self.END
+        self.open = None if end else (shard, start + len(samples), iterator, ahead)
+        return samples, end
+
+
+def sample_id(shard, position):
+    """A shard's sample as the data service names it: the shard above 32 bits, its position
+    below (the pipeline's `StreamPlan` owns the rule; this is its mirror for messages)."""
+    return (shard << 32) | position
+
+
+def stream(progress, dataset, collate, segments, request):
+    """The next samples of a shard, collated and written as `make` writes a batch."""
+    shard, start = request["shard"], request["from"]
+    if not 0 <= shard < len(dataset.shards):
+        raise Failure("setup", f"no shard {shard}: the dataset has {len(dataset.shards)}")
+    samples, end = dataset.take(progress, shard, start, request["seeds"])
+    if not samples:
+        return {"samples": 0, "end": True, "made": None}, None
+    ids = [sample_id(shard, start + i) for i in range(len(samples))]
+    made, path = collated(progress, samples, ids, collate, segments, request)
+    return {"samples": len(samples), "end": end, "made": made}, path
 
 
 def refuse_unindexable(dataset, ref):
@@ -481,11 +605,11 @@ def refuse_unindexable(dataset, ref):
     what = "an IterableDataset" if iterable else f"{article(kind.__name__)} without `{missing[0]}`"
     raise Failure(
         "setup",
-        f"a map-style dataset (`__len__` and `__getitem__`) is required; "
+        f"a map-style dataset (`__len__` and `__getitem__`) or `hetgen.Shards` is required; "
         f"`{ref['file']}:{ref['name']}` returned {what} (`{kind.__module__}.{kind.__qualname__}`): "
-        "hetgen hands each worker sample ids, and calls `__getitem__(i)` for each; make the "
-        "factory return a dataset indexed by position (for a stream, read it into a list, or "
-        "index its files or records)",
+        "hetgen deals each epoch's samples to its data hosts exactly once, by index or by "
+        "shard; for a stream stored in shards (tar, Parquet, record files) return "
+        "`hetgen.Shards(shard_list, read)`, where `read(shard)` yields that shard's samples",
     )
 
 
@@ -553,9 +677,14 @@ def serve(conn, dataset, collate, setup):
                 probed = probe(progress, dataset, request["ids"], request["seeds"])
                 send(conn, {"probed": probed})
                 continue
-            made, path = make(progress, dataset, collate, segments, message["batch"])
+            if "next" in message:
+                reply, path = stream(progress, dataset, collate, segments, message["next"])
+                reply = {"streamed": reply}
+            else:
+                made, path = make(progress, dataset, collate, segments, message["batch"])
+                reply = {"made": made}
             try:
-                send(conn, {"made": made})
+                send(conn, reply)
             except (BrokenPipeError, ConnectionError):
                 # The pipeline died (SIGKILL, the OOM killer) before it took the batch: a file
                 # it did not map and unlink would outlive both processes, so it goes now
@@ -595,7 +724,7 @@ def main(parent):
     setup = message["setup"]
     DTYPES.update(setup["dtypes"])
     try:
-        dataset, collate, length = build(setup)
+        dataset, collate, ready = build(setup)
     except Failure as failure:
         send(conn, {"error": {"kind": "setup", "message": failure.message}})
         return 1
@@ -606,7 +735,7 @@ def main(parent):
     if torch is not None:
         # As a DataLoader worker does: the host's cores belong to the workers, one each.
         torch.set_num_threads(1)
-    send(conn, {"ready": {"len": length}})
+    send(conn, {"ready": ready})
     try:
         return serve(conn, dataset, collate, setup)
     finally:
