@@ -15,6 +15,7 @@ torch.
 """
 
 from hetgen._loader import Batch, Loader
+from hetgen.shards import Shards
 from hetgen._native import (
     ConfigurationError,
     ConnectError,
@@ -33,6 +34,7 @@ __all__ = [
     "HandshakeError",
     "HetgenError",
     "Loader",
+    "Shards",
     "SpecError",
     "__version__",
 ]

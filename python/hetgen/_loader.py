@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from typing import Any, Iterator, Mapping, Sequence, Union
 
@@ -262,14 +263,16 @@ class Loader:
             stall_timeout=stall_timeout,
             audit=audit,
         )
+        # None for a dataset of shards: its epochs end where the shards do.
         self._len = self._native.batches_per_epoch()
+        self._epoch_end = _EpochEnd(self.world_size) if self._len is None else None
         self._progress = _Progress(progress_every if self.rank == 0 else 0, self.batch_size)
         # The job never changes: read once, not on every batch's `to_device`.
         self._normalization = self._native.normalization
         self._replay = None
         if replay is not None:
             made = []
-            for _ in range(min(_Replay.BATCHES, self._len)):
+            for _ in range(min(_Replay.BATCHES, self._len or _Replay.BATCHES)):
                 item = self._native.next_batch()
                 if item is None:
                     break
@@ -302,6 +305,11 @@ class Loader:
         """Samples of one epoch of the whole job (every rank's together): the source's, as the
         data servers report it (a Python dataset's ``len()``)."""
         return self._native.samples_per_epoch
+
+    @property
+    def shards(self) -> int | None:
+        """A dataset of shards (:class:`hetgen.Shards`): how many it has; ``None`` otherwise."""
+        return self._native.shards
 
     @property
     def output_shape(self) -> tuple[int, int, int]:
@@ -337,7 +345,15 @@ class Loader:
         return self._native.remaining_in_epoch()[0]
 
     def __len__(self) -> int:
-        """Batches of one epoch of this rank (the same for every rank)."""
+        """Batches of one epoch of this rank (the same for every rank). A dataset of shards
+        has no length: its shards' lengths are learned as they are read, as an
+        ``IterableDataset``'s are (``TypeError``, which ``len()`` callers such as schedulers
+        handle)."""
+        if self._len is None:
+            raise TypeError(
+                "a dataset of shards (hetgen.Shards) has no length before it is read: count "
+                "steps as the loop goes, or set the schedule by epochs"
+            )
         return self._len
 
     def __iter__(self) -> Iterator[Batch]:
@@ -351,9 +367,23 @@ class Loader:
         them, as PyTorch's default collate does), viewing the received batch without a copy;
         :func:`hetgen.torch.to_device` makes them torch tensors."""
         if self._replay is not None:
-            return self._replayed(self._len)
-        _, left = self._native.remaining_in_epoch()
+            return self._replayed(self._len or _Replay.BATCHES)
+        epoch, left = self._native.remaining_in_epoch()
+        if self._epoch_end is not None:
+            return self._shard_batches(epoch) if left else iter(())
         return self._batches(left)
+
+    def _shard_batches(self, epoch: int) -> Iterator[Batch]:
+        """The rest of `epoch` of a dataset of shards: until this rank's shards end, or
+        another rank's do (see :class:`_EpochEnd`)."""
+        while True:
+            asked = time.monotonic()
+            item = self._native.next_batch(epoch)
+            if not self._epoch_end.every_rank_has(item is not None):
+                self._epoch_end.drop(self._native, epoch, item, self.rank)
+                return
+            self._progress.took(time.monotonic() - asked)
+            yield self._python_batch(item)
 
     def _batches(self, count: int) -> Iterator[Batch]:
         for _ in range(count):
@@ -396,6 +426,7 @@ class Loader:
             "job": self._native.job_name,
             "seed": self._native.seed,
             "samples_per_epoch": self._native.samples_per_epoch,
+            "shards": self._native.shards,
             "shard_size": self._native.shard_size,
             "batch_size": self._native.batch_size,
             "rank": self._native.rank,
@@ -421,7 +452,9 @@ class Loader:
                 "saved by another hetgen"
             )
         current = self.state_dict()
-        for key in ("seed", "samples_per_epoch", "shard_size", "batch_size", "rank", "world_size"):
+        keys = ("seed", "samples_per_epoch", "shards", "shard_size", "batch_size", "rank",
+                "world_size")
+        for key in keys:
             if state.get(key) != current[key]:
                 raise ConfigurationError(
                     f"the saved loader state has {key}={state.get(key)!r}, this loader "
@@ -468,5 +501,63 @@ class Loader:
     def __repr__(self) -> str:
         return (
             f"Loader(job={self._native.job_name!r}, mode={self.mode!r}, rank={self.rank}, "
-            f"world_size={self.world_size}, batches_per_epoch={len(self)})"
+            f"world_size={self.world_size}, "
+            + (f"batches_per_epoch={self._len})" if self._len is not None
+               else f"shards={self.shards})")
         )
+
+
+class _EpochEnd:
+    """Where an epoch of a dataset of shards ends for every rank at once.
+
+    Each rank reads its own shards, whose lengths nobody knows in advance, so ranks run out of
+    batches at different steps; a DDP step that one rank skips would hang the others. So before
+    each batch the ranks agree (an ``all_reduce`` of one number, MIN, over a gloo group of
+    their own, on the CPU) whether every one of them has a batch: the epoch ends for all at the
+    step where the first runs out, and the others leave the rest of their epoch's batches
+    unused, as ``DistributedSampler(drop_last=True)`` leaves a remainder (logged, with its
+    size). Without ``torch.distributed`` initialized, ranks cannot agree: each runs to its own
+    end, with a warning when there are several.
+    """
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.group = None
+        self.warned = False
+
+    def every_rank_has(self, mine: bool) -> bool:
+        if self.world_size == 1:
+            return mine
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            if not self.warned:
+                self.warned = True
+                log.warning(
+                    "%d ranks read a dataset of shards without torch.distributed initialized: "
+                    "each takes the batches of its own shards, and their numbers differ",
+                    self.world_size,
+                )
+            return mine
+        import torch
+
+        if self.group is None:
+            # Every rank reaches its first batch: the group is made by all, in the same order.
+            self.group = dist.new_group(backend="gloo")
+        flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+        return bool(flag.item())
+
+    @staticmethod
+    def drop(native, epoch: int, item, rank: int) -> None:
+        """The rest of this rank's `epoch`, from `item` on, taken and left unused."""
+        batches = samples = 0
+        while item is not None:
+            batches += 1
+            samples += len(item.sample_ids)
+            item = native.next_batch(epoch)
+        if batches:
+            log.warning(
+                "epoch %d: rank %d leaves %d batches (%d samples) unused, so that every rank "
+                "takes as many batches",
+                epoch, rank, batches, samples,
+            )

@@ -17,7 +17,9 @@ use hetgen_data::audit::AuditFile;
 use hetgen_data::input::{self, Asked, Mode, Opened, Share};
 use hetgen_env::Env;
 use hetgen_pipeline::python::PythonSetup;
-use hetgen_pipeline::{Batch, Batches, BoxError, EpochPlan, InputConfig, Position, StageRegistry};
+use hetgen_pipeline::{
+    Batch, Batches, BoxError, EpochPlan, InputConfig, Position, StageRegistry, StreamPlan,
+};
 use hetgen_spec::model::{Job, Source, Stage};
 use pyo3::prelude::*;
 
@@ -37,6 +39,8 @@ struct State {
     stream: Option<Arc<Mutex<Receiver<Item>>>>,
     /// The stream ended (all epochs done, or an error was raised).
     ended: bool,
+    /// A batch received but not handed out: it begins the epoch after the one asked for.
+    held: Option<(Batch, Position)>,
     /// `HETGEN_AUDIT_FILE`: what Python received.
     audit: Option<AuditFile>,
 }
@@ -196,6 +200,12 @@ impl NativeLoader {
         self.config.samples_per_epoch
     }
 
+    /// A dataset of shards (`hetgen.Shards`): how many it has; `None` for samples by index.
+    #[getter]
+    fn shards(&self) -> Option<u32> {
+        self.config.shards
+    }
+
     #[getter]
     fn rank(&self) -> u32 {
         self.config.rank
@@ -236,17 +246,29 @@ impl NativeLoader {
             .collect()
     }
 
-    /// Batches of one epoch of this rank (the same for every rank and epoch).
-    fn batches_per_epoch(&self) -> u64 {
-        self.plan(0).batches(self.config.batch_size)
+    /// Batches of one epoch of this rank (the same for every rank and epoch); `None` for a
+    /// dataset of shards, whose shards' lengths are learned as they are read.
+    fn batches_per_epoch(&self) -> Option<u64> {
+        self.plan(0)
+            .map(|plan| plan.batches(self.config.batch_size))
     }
 
     /// `(epoch, batches left)` of the epoch the next batch belongs to; `batches left` is 0
     /// when the configured epochs are over.
-    fn remaining_in_epoch(&self) -> (u32, u64) {
+    fn remaining_in_epoch(&self, py: Python<'_>) -> PyResult<(u32, u64)> {
         let position = self.lock().position.clone();
         let bs = self.config.batch_size;
-        let plan = self.plan(position.epoch);
+        let Some(plan) = self.plan(position.epoch) else {
+            // A dataset of shards: how many batches are left is not known (`u64::MAX`: until
+            // the epoch's last), and which epoch is next is the next batch's (a shard with no
+            // samples never says it is done), looked at and held back.
+            let Some((batch, next)) = self.next_item(py)? else {
+                return Ok((position.epoch + 1, 0));
+            };
+            let epoch = batch.epoch;
+            self.lock().held = Some((batch, next));
+            return Ok((epoch, u64::MAX));
+        };
         let total = plan.batches(bs);
         let yielded: u64 = plan
             .shards
@@ -261,41 +283,30 @@ impl NativeLoader {
         } else {
             (position.epoch, total - yielded)
         };
-        match self.config.epochs {
+        Ok(match self.config.epochs {
             Some(n) if epoch >= n => (epoch, 0),
             _ => (epoch, left),
-        }
+        })
     }
 
     /// The next batch, an `ImageBatch` or a `TensorBatch` ([`crate::batch`]), or `None` when
-    /// the configured epochs are over. Blocks with the GIL released until it is ready.
-    fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let rx = {
-            let mut state = self.lock();
-            if state.ended {
-                return Ok(None);
-            }
-            if state.stream.is_none() {
-                let from = state.position.clone();
-                state.stream = Some(Arc::new(Mutex::new(self.start(from)?)));
-            }
-            state.stream.clone().expect("started above")
+    /// the configured epochs are over, or (`epoch` given) when the next batch belongs to
+    /// another epoch: it is kept for the next call. Blocks with the GIL released until it is
+    /// ready.
+    #[pyo3(signature = (epoch=None))]
+    fn next_batch<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: Option<u32>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some((batch, position)) = self.next_item(py)? else {
+            return Ok(None);
         };
-        let item = wait::recv(py, &rx)?;
         let mut state = self.lock();
-        let (batch, position) = match item {
-            Some(Ok(item)) => item,
-            Some(Err(e)) => {
-                state.ended = true;
-                state.stream = None;
-                return Err(errors::boxed(e));
-            }
-            None => {
-                state.ended = true;
-                state.stream = None;
-                return Ok(None);
-            }
-        };
+        if epoch.is_some_and(|e| e != batch.epoch) {
+            state.held = Some((batch, position));
+            return Ok(None);
+        }
         if let Some(audit) = &mut state.audit {
             audit
                 .record(&batch)
@@ -316,8 +327,7 @@ impl NativeLoader {
     fn restart(&self, position: &str) -> PyResult<()> {
         let position: Position = serde_json::from_str(position)
             .map_err(|e| ConfigurationError::new_err(format!("not a loader position: {e}")))?;
-        let plan = self.plan(position.epoch);
-        let known: Vec<u32> = plan.shards.iter().map(|s| s.id).collect();
+        let known = self.shard_ids(position.epoch);
         let stray = position
             .done
             .iter()
@@ -332,6 +342,7 @@ impl NativeLoader {
         }
         let mut state = self.lock();
         state.stream = None;
+        state.held = None;
         state.ended = false;
         state.position = position;
         Ok(())
@@ -341,6 +352,8 @@ impl NativeLoader {
     fn close(&self) {
         let mut state = self.lock();
         state.stream = None;
+        // The stream starts again from the position, which the held batch is after.
+        state.held = None;
     }
 
     /// Tell every data server of the job that training is over (remote; nothing to do when
@@ -368,16 +381,63 @@ impl NativeLoader {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn plan(&self, epoch: u32) -> EpochPlan {
+    /// This rank's plan of `epoch`; `None` for a dataset of shards ([`Self::shard_ids`]).
+    fn plan(&self, epoch: u32) -> Option<EpochPlan> {
         let c = &self.config;
-        EpochPlan::new(
-            c.seed,
-            epoch,
-            c.samples_per_epoch,
-            c.shard_size,
-            c.rank,
-            c.world,
-        )
+        c.shards.is_none().then(|| {
+            EpochPlan::new(
+                c.seed,
+                epoch,
+                c.samples_per_epoch,
+                c.shard_size,
+                c.rank,
+                c.world,
+            )
+        })
+    }
+
+    /// The ids of this rank's shards of `epoch`: the plan's, or the dataset's own.
+    fn shard_ids(&self, epoch: u32) -> Vec<u32> {
+        let c = &self.config;
+        match (c.shards, self.plan(epoch)) {
+            (Some(shards), _) => StreamPlan::new(c.seed, epoch, shards, c.rank, c.world).shards,
+            (None, Some(plan)) => plan.shards.iter().map(|s| s.id).collect(),
+            (None, None) => unreachable!("a plan without shards of a dataset"),
+        }
+    }
+
+    /// The next batch of the stream (the one held back first), starting the stream when it
+    /// is not running; `None` when it ended.
+    fn next_item(&self, py: Python<'_>) -> PyResult<Option<(Batch, Position)>> {
+        let rx = {
+            let mut state = self.lock();
+            if let Some(held) = state.held.take() {
+                return Ok(Some(held));
+            }
+            if state.ended {
+                return Ok(None);
+            }
+            if state.stream.is_none() {
+                let from = state.position.clone();
+                state.stream = Some(Arc::new(Mutex::new(self.start(from)?)));
+            }
+            state.stream.clone().expect("started above")
+        };
+        let item = wait::recv(py, &rx)?;
+        let mut state = self.lock();
+        match item {
+            Some(Ok(item)) => Ok(Some(item)),
+            Some(Err(e)) => {
+                state.ended = true;
+                state.stream = None;
+                Err(errors::boxed(e))
+            }
+            None => {
+                state.ended = true;
+                state.stream = None;
+                Ok(None)
+            }
+        }
     }
 
     /// Start the stream after `from` on a forwarding thread.
@@ -408,6 +468,7 @@ impl State {
             position: Position::default(),
             stream: None,
             ended: false,
+            held: None,
             audit,
         }
     }

@@ -34,7 +34,13 @@ def dataset_cluster(tmp_path):
     and a training script) and its data folder, started."""
     made: list[Cluster] = []
 
-    def make(dataset: str = "fields.py:make", data_hosts: int = 2, start: bool = True, **env):
+    def make(
+        dataset: str = "fields.py:make",
+        data_hosts: int = 2,
+        start: bool = True,
+        processes: int = 1,
+        **env,
+    ):
         folder = tmp_path / f"job{len(made)}"
         folder.mkdir()
         for module in DATASETS.glob("*.py"):
@@ -46,6 +52,8 @@ def dataset_cluster(tmp_path):
         spec["job"]["name"] = f"py-dataset-{len(made)}"
         spec["instance_group"][0]["count"] = data_hosts
         spec["pipeline"]["source"]["dataset"] = dataset
+        if processes > 1:
+            spec["trainer"]["processes_per_host"] = processes
         hetgen_fixtures.write(folder / "hetgen.toml", spec)
         cluster = Cluster(
             folder,

@@ -93,7 +93,7 @@ def main():
                         "sha256": digest,
                     }
                 else:
-                    record = dataset_record(batch)
+                    record = {"epoch": epoch, **dataset_record(batch)}
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 seen += 1

@@ -134,6 +134,7 @@ fn stream_from(
     let config = InputConfig {
         seed: 1,
         samples_per_epoch: client.samples_per_epoch(),
+        shards: None,
         shard_size: job.pipeline.shard_size,
         batch_size: job.pipeline.batch_size,
         epochs: None,

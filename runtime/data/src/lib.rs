@@ -35,7 +35,7 @@ pub mod proto {
 }
 
 /// The protocol spoken by this build; a handshake with any other version is refused.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A shard stream that has made no progress for this long (its trainer took no batch of it) may
 /// be cancelled by its server when what it holds is wanted by a stream that progresses. The
@@ -43,11 +43,17 @@ pub const PROTOCOL_VERSION: u32 = 2;
 /// its own consumer that stopped.
 pub const STREAM_GIVE_WAY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Shards a producer with a pool of `threads` keeps in flight: enough to keep the pool busy
-/// while the trainer acknowledges and re-requests. A server offers this many credits, and the
-/// trainer's own pipeline (hybrid input) takes as many.
-pub(crate) fn max_inflight_shards(threads: usize) -> u32 {
-    (threads as u32).div_ceil(8).max(2)
+/// Shards a producer keeps in flight: enough to keep its pool busy while the trainer
+/// acknowledges and re-requests. A server offers this many credits, and the trainer's own
+/// pipeline (hybrid input) takes as many. A shard of sample ids keeps the whole pool busy, so
+/// two suffice for up to 16 threads; a shard of a dataset of shards is read by one worker, so
+/// every worker needs one, and one more waits for the first that ends.
+pub(crate) fn max_inflight_shards(engine: &dyn hetgen_pipeline::Batches) -> u32 {
+    let threads = engine.threads() as u32;
+    match engine.shards() {
+        Some(_) => threads + 1,
+        None => threads.div_ceil(8).max(2),
+    }
 }
 
 /// Largest gRPC message either side accepts: a batch of 256 ImageNet samples at 224×224×3 as

@@ -277,6 +277,7 @@ fn a_wrong_token_gets_unauthenticated_and_no_data() {
         sample_ids: vec![1, 2],
         batch_size: 2,
         trainer_id: "x".into(),
+        ..Default::default()
     }));
     assert_eq!(stream.unwrap_err().code(), Code::Unauthenticated);
     let shutdown = rt.block_on(client.shutdown(ShutdownRequest {
@@ -317,6 +318,7 @@ fn bad_requests_get_clear_statuses_and_the_server_keeps_serving() {
         sample_ids: ids,
         batch_size,
         trainer_id: "x".into(),
+        ..Default::default()
     };
     let cases = [
         (
@@ -335,6 +337,15 @@ fn bad_requests_get_clear_statuses_and_the_server_keeps_serving() {
             shard(vec![0; (1 << 20) + 1], 4),
             Code::InvalidArgument,
             "at most",
+        ),
+        // A shard of a dataset of shards, from a server of images by sample id.
+        (
+            ShardRequest {
+                stream: true,
+                ..shard(vec![], 4)
+            },
+            Code::InvalidArgument,
+            "the request is for a dataset of shards, but this data server's source is a source of samples by id",
         ),
     ];
     for (request, code, text) in cases {
@@ -438,6 +449,7 @@ fn long_shard(trainer: &str, shard: u32) -> ShardRequest {
         sample_ids: (0..600).collect(),
         batch_size: 1,
         trainer_id: trainer.into(),
+        ..Default::default()
     }
 }
 
@@ -632,6 +644,7 @@ fn unacknowledged_shards_are_remembered_up_to_a_bound_per_trainer() {
             sample_ids: vec![u64::from(shard)],
             batch_size: 1,
             trainer_id: "t".into(),
+            ..Default::default()
         };
         let mut stream = rt
             .block_on(client.stream_shard(request))
@@ -721,6 +734,7 @@ fn stream_one(
         sample_ids: vec![0],
         batch_size: 1,
         trainer_id: trainer.into(),
+        ..Default::default()
     };
     let mut stream = rt.block_on(client.stream_shard(request))?.into_inner();
     while rt.block_on(stream.message())?.is_some() {}

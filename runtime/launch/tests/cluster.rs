@@ -47,6 +47,7 @@ fn a_cnn_trained_through_two_data_servers_classifies_held_out_digits() {
     let config = InputConfig {
         seed: 0,
         samples_per_epoch: engine.samples_per_epoch(),
+        shards: None,
         shard_size: 128,
         batch_size: 64,
         epochs: Some(1),

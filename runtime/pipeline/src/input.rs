@@ -19,8 +19,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct InputConfig {
     /// The job's seed (epoch permutations and per-sample randomness).
     pub seed: u64,
-    /// Samples per epoch of the source.
+    /// Samples per epoch of the source (0 for a dataset of shards: it is learned as the
+    /// shards are read).
     pub samples_per_epoch: u64,
+    /// A dataset of shards (`hetgen.Shards`): how many it has. Each epoch then deals the
+    /// dataset's own shards ([`crate::StreamPlan`]) instead of shards of sample ids.
+    #[serde(default)]
+    pub shards: Option<u32>,
     /// Samples per shard.
     pub shard_size: u32,
     /// Samples per batch.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use crate::{Batch, BatchStream, Batches, BoxError, EpochPlan, InputConfig, Position, ShardWork};
+use crate::{
+    Batch, BatchStream, Batches, BoxError, EpochPlan, InputConfig, Position, ShardWork, StreamPlan,
+    StreamWork,
+};
 
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 2;
@@ -46,6 +49,14 @@ fn produce(engine: &dyn Batches, config: &InputConfig, start: &Position, tx: &Sy
     let bs = config.batch_size.max(1);
     let mut epoch = start.epoch;
     while config.epochs.is_none_or(|n| epoch < n) {
+        if let Some(shards) = config.shards {
+            let from = (epoch == start.epoch).then_some(start);
+            if !stream_epoch(engine, config, (epoch, shards), from, tx) {
+                return;
+            }
+            epoch += 1;
+            continue;
+        }
         let plan = EpochPlan::new(
             config.seed,
             epoch,
@@ -85,6 +96,44 @@ fn produce(engine: &dyn Batches, config: &InputConfig, start: &Position, tx: &Sy
         }
         epoch += 1;
     }
+}
+
+/// Epoch `epoch` of a dataset of `shards` shards, in plan order, after `start` when resuming
+/// it; `false` when the consumer is gone or a shard failed (the error sent).
+fn stream_epoch(
+    engine: &dyn Batches,
+    config: &InputConfig,
+    (epoch, shards): (u32, u32),
+    start: Option<&Position>,
+    tx: &SyncSender<Item>,
+) -> bool {
+    let plan = StreamPlan::new(config.seed, epoch, shards, config.rank, config.world);
+    for shard in plan.shards {
+        let Some(skip) = start.map_or(Some(0), |p| p.skip(shard)) else {
+            continue;
+        };
+        let mut open = true;
+        let work = StreamWork {
+            epoch,
+            shard,
+            first_batch: skip,
+            batch_size: config.batch_size.max(1),
+        };
+        // A batch's shard length is known with its last batch: until then "more to come".
+        let result = engine.run_stream(work, &mut |batch, last| {
+            let total = if last { batch.index + 1 } else { u32::MAX };
+            open = tx.send(Ok((batch, total))).is_ok();
+            open
+        });
+        if let Err(e) = result {
+            let _ = tx.send(Err(Box::new(e)));
+            return false;
+        }
+        if !open {
+            return false;
+        }
+    }
+    true
 }
 
 impl BatchStream for LocalInput {

@@ -274,6 +274,7 @@ fn local_input_resumes_exactly_after_a_position() {
     let config = InputConfig {
         seed: 5,
         samples_per_epoch: 55,
+        shards: None,
         shard_size: 10,
         batch_size: 4,
         epochs: Some(2),

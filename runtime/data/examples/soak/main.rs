@@ -129,6 +129,7 @@ fn trainer(args: &[String]) -> ExitCode {
     let input = InputConfig {
         seed: SEED,
         samples_per_epoch: client.samples_per_epoch(),
+        shards: None,
         shard_size: SHARD_SIZE,
         batch_size: BATCH_SIZE,
         epochs: Some(epochs),

@@ -104,19 +104,29 @@ pub(super) async fn connect_all(
     }
     for server in &servers {
         check_schema(server, shape)?;
-        if server.info.samples_per_epoch != servers[0].info.samples_per_epoch {
+        let (info, first) = (&server.info, &servers[0].info);
+        if (info.samples_per_epoch, info.shards) != (first.samples_per_epoch, first.shards) {
             return Err(ClientError::Mismatch {
                 host: server.host.clone(),
                 message: format!(
-                    "reports {} samples per epoch but {} reports {}: the hosts run different jobs",
-                    server.info.samples_per_epoch,
+                    "reports {} but {} reports {}: the hosts run different jobs",
+                    size(info.samples_per_epoch, info.shards),
                     servers[0].host,
-                    servers[0].info.samples_per_epoch
+                    size(first.samples_per_epoch, first.shards),
                 ),
             });
         }
     }
     Ok(servers)
+}
+
+/// A source's size as a message says it.
+fn size(samples: u64, shards: u32) -> String {
+    if shards > 0 {
+        format!("a dataset of {shards} shards")
+    } else {
+        format!("{samples} samples per epoch")
+    }
 }
 
 fn check_schema(server: &Server, shape: [u32; 3]) -> Result<(), ClientError> {

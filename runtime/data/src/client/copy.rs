@@ -54,7 +54,10 @@ pub(super) enum Event {
         source: usize,
         shard: usize,
         index: u32,
-        batch: Batch,
+        /// The batch; `None` for the end of a stream shard that had no sample left.
+        batch: Option<Batch>,
+        /// Its shard's last batch (a stream shard learns its length from this).
+        last: bool,
     },
     Ended {
         source: usize,
@@ -77,6 +80,7 @@ pub(super) struct ShardTask {
     pub(super) epoch: u32,
     pub(super) shard_id: u32,
     pub(super) ids: Arc<Vec<u64>>,
+    pub(super) stream: bool,
     pub(super) from: u32,
     pub(super) batch_size: u32,
     pub(super) trainer_id: String,
@@ -114,9 +118,11 @@ impl ShardTask {
         let request = ShardRequest {
             epoch: self.epoch,
             shard: self.shard_id,
-            sample_ids: self.ids[self.from as usize * bs..].to_vec(),
+            sample_ids: self.ids[(self.from as usize * bs).min(self.ids.len())..].to_vec(),
             batch_size: self.batch_size,
             trainer_id: self.trainer_id.clone(),
+            stream: self.stream,
+            first_batch: if self.stream { self.from } else { 0 },
         };
         let mut client = self.server.client.clone();
         let response = tokio::time::timeout(self.stall, client.stream_shard(request))
@@ -137,13 +143,21 @@ impl ShardTask {
             let Some(message) = message else {
                 return Ok(());
             };
-            let index = self.from + message.index;
+            // A stream's batches carry the shard's own index; a shard of ids counts from the
+            // first batch asked for.
+            let index = if self.stream {
+                message.index
+            } else {
+                self.from + message.index
+            };
+            let last = message.last;
             let batch = self.check(index, message)?;
             let event = Event::Batch {
                 source: self.source,
                 shard: self.shard,
                 index,
                 batch,
+                last,
             };
             let sending = Instant::now();
             if self.events.send(event).await.is_err() {
@@ -156,19 +170,40 @@ impl ShardTask {
     /// Batch `index` as the server sent it, if it is the batch the plan says, whole: its
     /// samples, its payload's size and its checksum; a server that sends anything else has
     /// failed (not fatally: another server may send it right).
-    fn check(&self, index: u32, message: crate::proto::Batch) -> Result<Batch, Failure> {
+    fn check(&self, index: u32, message: crate::proto::Batch) -> Result<Option<Batch>, Failure> {
         let bs = self.batch_size as usize;
         // A server of built-in images announced their shape; a Python dataset's batches
         // describe their own tensors.
         let shape = self.server.info.tensors.first().map(|t| t.shape.clone());
-        let start = (index as usize * bs).min(self.ids.len());
-        let expected = &self.ids[start..(start + bs).min(self.ids.len())];
         let wrong = |what: &str| {
             Err(Failure::lost(format!(
                 "sent batch {index} of shard {} with {what}",
                 self.shard_id
             )))
         };
+        let expected = if self.stream {
+            // The shard's samples from the batch's first position on: a full batch, or a
+            // short one that ends the shard.
+            let start = u64::from(index) * bs as u64;
+            let n = message.sample_ids.len();
+            if n > bs || (n < bs && !message.last) || start + n as u64 > u64::from(u32::MAX) {
+                return wrong("the wrong number of samples");
+            }
+            if n == 0 {
+                // The end of a shard with no sample left: nothing else may come with it.
+                if message.data.is_empty() && message.epoch == self.epoch {
+                    return Ok(None);
+                }
+                return wrong("no samples but data");
+            }
+            (start..start + n as u64)
+                .map(|p| hetgen_pipeline::stream_sample_id(self.shard_id, p as u32))
+                .collect::<Vec<u64>>()
+        } else {
+            let start = (index as usize * bs).min(self.ids.len());
+            self.ids[start..(start + bs).min(self.ids.len())].to_vec()
+        };
+        let expected = &expected[..];
         if message.epoch != self.epoch
             || message.shard != self.shard_id
             || message.sample_ids != expected
@@ -216,7 +251,7 @@ impl ShardTask {
         if batch_checksum(&batch) != message.checksum {
             return wrong("a bad checksum");
         }
-        Ok(batch)
+        Ok(Some(batch))
     }
 }
 
@@ -228,6 +263,7 @@ pub(super) struct LocalShard {
     pub(super) epoch: u32,
     pub(super) shard_id: u32,
     pub(super) ids: Arc<Vec<u64>>,
+    pub(super) stream: bool,
     pub(super) from: u32,
     pub(super) batch_size: u32,
     pub(super) events: mpsc::Sender<Event>,
@@ -265,6 +301,9 @@ impl LocalShard {
     /// Run the shard from batch `from` on; stops early once the scheduler is gone or the
     /// shard arrived whole from another source.
     fn make(&self, cancel: &CancellationToken) -> Result<(), hetgen_pipeline::PipelineError> {
+        if self.stream {
+            return self.read(cancel);
+        }
         let bs = self.batch_size as usize;
         let ids = &self.ids[(self.from as usize * bs).min(self.ids.len())..];
         self.engine.run_shard(
@@ -283,11 +322,49 @@ impl LocalShard {
                     source: self.source,
                     shard: self.shard,
                     index: batch.index,
-                    batch,
+                    last: false,
+                    batch: Some(batch),
                 };
                 self.events.blocking_send(event).is_ok()
             },
         )
+    }
+
+    /// A stream shard from batch `from` to its end, as a server streams one.
+    fn read(&self, cancel: &CancellationToken) -> Result<(), hetgen_pipeline::PipelineError> {
+        let mut sent = 0;
+        let work = hetgen_pipeline::StreamWork {
+            epoch: self.epoch,
+            shard: self.shard_id,
+            first_batch: self.from,
+            batch_size: self.batch_size,
+        };
+        let result = self.engine.run_stream(work, &mut |batch, last| {
+            if cancel.is_cancelled() {
+                return false;
+            }
+            sent += 1;
+            let event = Event::Batch {
+                source: self.source,
+                shard: self.shard,
+                index: batch.index,
+                last,
+                batch: Some(batch),
+            };
+            self.events.blocking_send(event).is_ok()
+        });
+        if result.is_ok() && sent == 0 && !cancel.is_cancelled() {
+            // No sample left from `from` on: the shard ends there.
+            let event = Event::Batch {
+                source: self.source,
+                shard: self.shard,
+                index: self.from,
+                last: true,
+                batch: None,
+            };
+            let _ = self.events.blocking_send(event);
+        }
+        result
     }
 }
 

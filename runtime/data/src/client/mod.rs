@@ -89,12 +89,13 @@ impl Client {
     /// same whichever side makes them. Its threads run at a lower priority than the caller's
     /// ([`Batches::run_in_background`]).
     pub fn with_local(mut self, engine: Arc<dyn Batches>) -> Result<Client, ClientError> {
-        if engine.samples_per_epoch() != self.samples_per_epoch() {
+        let mine = (engine.samples_per_epoch(), engine.shards());
+        if mine != (self.samples_per_epoch(), self.shards()) {
             return Err(ClientError::Local {
                 message: format!(
-                    "this host's source has {} samples per epoch, the data servers' {}",
-                    engine.samples_per_epoch(),
-                    self.samples_per_epoch()
+                    "this host's source is {}, the data servers' {}",
+                    size(mine),
+                    size((self.samples_per_epoch(), self.shards()))
                 ),
                 sample: None,
             });
@@ -139,9 +140,15 @@ impl Client {
         &self.servers
     }
 
-    /// Samples per epoch of the job's source, as every server reported it.
+    /// Samples per epoch of the job's source, as every server reported it (0 for a dataset
+    /// of shards).
     pub fn samples_per_epoch(&self) -> u64 {
         self.servers[0].info.samples_per_epoch
+    }
+
+    /// A dataset of shards: how many it has, as every server reported it.
+    pub fn shards(&self) -> Option<u32> {
+        Some(self.servers[0].info.shards).filter(|n| *n > 0)
     }
 
     /// Start streaming for one trainer rank, after `start` when resuming.
@@ -225,4 +232,12 @@ pub fn connect_to_job(
         job.pipeline.output_shape,
         config,
     )?)
+}
+
+/// A source's size as a message says it.
+fn size((samples, shards): (u64, Option<u32>)) -> String {
+    match shards {
+        Some(shards) => format!("a dataset of {shards} shards"),
+        None => format!("{samples} samples per epoch"),
+    }
 }

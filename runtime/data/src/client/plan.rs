@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetgen_pipeline::{Batch, EpochPlan, InputConfig, Position};
+use hetgen_pipeline::{Batch, EpochPlan, InputConfig, Position, StreamPlan};
 use tokio_util::sync::CancellationToken;
 
 /// One source making a shard (a shard has two while it is hedged).
@@ -21,7 +21,11 @@ pub(super) struct ShardCopy {
 
 pub(super) struct ShardState {
     pub(super) id: u32,
+    /// Its sample ids; none for a shard of a dataset of shards (`stream`).
     pub(super) ids: Arc<Vec<u64>>,
+    /// A shard of a dataset of shards, read to its end by one source at a time.
+    pub(super) stream: bool,
+    /// Its batches; [`UNKNOWN`] for a stream until its last batch arrives.
     pub(super) total: u32,
     pub(super) received: u32,
     pub(super) yielded: u32,
@@ -31,6 +35,26 @@ pub(super) struct ShardState {
     pub(super) copies: Vec<ShardCopy>,
     /// When its last batch arrived, or it was asked for.
     pub(super) last_progress: Instant,
+}
+
+/// The batches of a stream shard whose end has not arrived yet.
+pub(super) const UNKNOWN: u32 = u32::MAX;
+
+impl ShardState {
+    /// Shard `id` with `yielded` of its `total` batches yielded (and so received).
+    fn new(id: u32, ids: Arc<Vec<u64>>, stream: bool, total: u32, yielded: u32) -> Self {
+        ShardState {
+            id,
+            ids,
+            stream,
+            total,
+            received: yielded,
+            yielded,
+            buffer: BTreeMap::new(),
+            copies: Vec::new(),
+            last_progress: Instant::now(),
+        }
+    }
 }
 
 /// One epoch of the rank's plan, as far as it went.
@@ -47,36 +71,44 @@ impl Epoch {
     /// The rank's shards of epoch `number`, those of a resumed epoch (`start`'s) counted from
     /// its position, and every shard not yet whole queued.
     pub(super) fn new(input: &InputConfig, number: u32, start: &Position) -> Self {
-        let plan = EpochPlan::new(
-            input.seed,
-            number,
-            input.samples_per_epoch,
-            input.shard_size,
-            input.rank,
-            input.world,
-        );
         let resume = (number == start.epoch).then(|| start.clone());
-        let shards: Vec<ShardState> = plan
-            .shards
-            .into_iter()
-            .map(|s| {
-                let total = s.batches(input.batch_size);
-                let done = match &resume {
-                    Some(p) => p.skip(s.id).unwrap_or(total),
-                    None => 0,
-                };
-                ShardState {
-                    id: s.id,
-                    ids: Arc::new(s.sample_ids),
-                    total,
-                    received: done,
-                    yielded: done,
-                    buffer: BTreeMap::new(),
-                    copies: Vec::new(),
-                    last_progress: Instant::now(),
-                }
-            })
-            .collect();
+        // Batches of `id` already yielded (of `total`, all when done) by the resumed run.
+        let done = |id: u32, total: u32| match &resume {
+            Some(p) => p.skip(id).unwrap_or(total),
+            None => 0,
+        };
+        let shards: Vec<ShardState> = match input.shards {
+            Some(count) => {
+                let plan = StreamPlan::new(input.seed, number, count, input.rank, input.world);
+                plan.shards
+                    .into_iter()
+                    .map(|id| {
+                        // Its length is learned as it is read; one yielded whole is over.
+                        let yielded = done(id, UNKNOWN);
+                        let total = if yielded == UNKNOWN { 0 } else { UNKNOWN };
+                        ShardState::new(id, Arc::new(Vec::new()), true, total, yielded.min(total))
+                    })
+                    .collect()
+            }
+            None => {
+                let plan = EpochPlan::new(
+                    input.seed,
+                    number,
+                    input.samples_per_epoch,
+                    input.shard_size,
+                    input.rank,
+                    input.world,
+                );
+                plan.shards
+                    .into_iter()
+                    .map(|s| {
+                        let total = s.batches(input.batch_size);
+                        let yielded = done(s.id, total);
+                        ShardState::new(s.id, Arc::new(s.sample_ids), false, total, yielded)
+                    })
+                    .collect()
+            }
+        };
         let queue = (0..shards.len())
             .filter(|&i| shards[i].received < shards[i].total)
             .collect();

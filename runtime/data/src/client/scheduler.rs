@@ -138,8 +138,9 @@ impl Scheduler {
                     shard,
                     index,
                     batch,
+                    last,
                 } => {
-                    if self.received(&mut epoch.shards[shard], source, index, batch) {
+                    if self.received(&mut epoch.shards[shard], source, (index, last), batch) {
                         let from = if deterministic { epoch.cursor } else { shard };
                         if !self.flush(&mut epoch.shards, from).await {
                             return Ok(false);
@@ -165,14 +166,15 @@ impl Scheduler {
         }
     }
 
-    /// Batch `index` of `state` arrived from `source`; whether it was new (kept to be yielded)
-    /// rather than dropped as a duplicate or out of order.
+    /// Batch `index` of `state` arrived from `source`, `last` when it ends the shard (`batch`
+    /// is `None` for the end of a stream shard that had no sample left); whether it was new
+    /// (kept to be yielded) rather than dropped as a duplicate or out of order.
     fn received(
         &mut self,
         state: &mut ShardState,
         source: usize,
-        index: u32,
-        batch: Batch,
+        (index, last): (u32, bool),
+        batch: Option<Batch>,
     ) -> bool {
         let now = Instant::now();
         self.hedge.delivered(&mut self.sources, source, state, now);
@@ -189,8 +191,14 @@ impl Scheduler {
             return false;
         }
         state.last_progress = now;
-        state.received += 1;
-        state.buffer.insert(index, (batch, source));
+        if let Some(batch) = batch {
+            state.received += 1;
+            state.buffer.insert(index, (batch, source));
+        }
+        if state.stream && last {
+            // A stream shard's length, learned from its end.
+            state.total = state.received;
+        }
         if state.received == state.total {
             // Whole: a hedged shard's other copy is dropped, which ends its work.
             for copy in state.copies.iter().filter(|c| c.source != source) {

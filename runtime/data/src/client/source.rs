@@ -88,7 +88,7 @@ impl SourceState {
     pub(super) fn credits(&self) -> u32 {
         match &self.source {
             Source::Remote(server) => server.info.max_inflight_shards.max(1),
-            Source::Local(engine) => crate::max_inflight_shards(engine.threads()),
+            Source::Local(engine) => crate::max_inflight_shards(engine.as_ref()),
         }
     }
 }

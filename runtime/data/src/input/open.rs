@@ -85,13 +85,12 @@ pub fn engine(
     )?)
 }
 
-/// The source has fewer samples per epoch than ranks share it.
+/// The source has fewer samples per epoch (or shards) than ranks share it.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "the source has {samples_per_epoch} samples per epoch, fewer than the {world} ranks that share them"
-)]
+#[error("the source has {units} {what}, fewer than the {world} ranks that share them")]
 pub struct FewerSamplesThanRanks {
-    samples_per_epoch: u64,
+    what: &'static str,
+    units: u64,
     world: u32,
 }
 
@@ -125,6 +124,14 @@ impl Opened {
         }
     }
 
+    /// A dataset of shards: how many it has.
+    pub fn shards(&self) -> Option<u32> {
+        match self {
+            Opened::Local(engine) => engine.shards(),
+            Opened::Remote(client) => client.shards(),
+        }
+    }
+
     /// Threads of this process's own pipeline: all of the input (local), or beside the data
     /// servers (0 without hybrid input).
     pub fn threads(&self) -> usize {
@@ -137,15 +144,23 @@ impl Opened {
     /// The input configuration of one rank's stream of `job`.
     pub fn config(&self, job: &Job, share: Share) -> Result<InputConfig, FewerSamplesThanRanks> {
         let samples_per_epoch = self.samples_per_epoch();
-        if samples_per_epoch < u64::from(share.world) {
+        let shards = self.shards();
+        let units = shards.map_or(samples_per_epoch, u64::from);
+        if units < u64::from(share.world) {
             return Err(FewerSamplesThanRanks {
-                samples_per_epoch,
+                what: if shards.is_some() {
+                    "shards"
+                } else {
+                    "samples per epoch"
+                },
+                units,
                 world: share.world,
             });
         }
         Ok(InputConfig {
             seed: job.seed,
             samples_per_epoch,
+            shards,
             shard_size: job.pipeline.shard_size,
             batch_size: job.pipeline.batch_size,
             epochs: share.epochs,

@@ -94,7 +94,7 @@ impl ServerConfig {
     /// Defaults for `server_id` and `token`: a 120 s watchdog, and enough shards in flight to
     /// keep the pool busy while the trainer acknowledges and re-requests.
     pub fn new(server_id: String, token: String, engine: &dyn Batches) -> Self {
-        let max_inflight_shards = crate::max_inflight_shards(engine.threads());
+        let max_inflight_shards = crate::max_inflight_shards(engine);
         let max_streams_per_trainer = 2 * max_inflight_shards as usize + 2;
         Self {
             server_id,

@@ -49,6 +49,7 @@
 mod budget;
 mod config;
 mod connections;
+mod flow;
 mod health;
 mod lock;
 mod log_id;
@@ -58,6 +59,7 @@ mod shard;
 mod stall;
 mod starting;
 mod state;
+mod stream;
 mod trainer_id;
 mod transport;
 mod watchdog;

@@ -89,6 +89,17 @@ pub(crate) enum Refusal {
     },
     #[error("shard request carries no sample ids")]
     NoSamples,
+    #[error(
+        "the request is for {asked}, but this data server's source is {have}: the trainer and the data hosts run different jobs"
+    )]
+    SourceMismatch {
+        asked: &'static str,
+        have: &'static str,
+    },
+    #[error("a request for a shard of a dataset of shards carries sample ids")]
+    StreamWithIds,
+    #[error("unknown shard {shard}: the dataset has {shards} shards")]
+    UnknownShard { shard: u32, shards: u32 },
     #[error("shard request carries {0} sample ids; at most {MAX_SHARD_SAMPLES} per shard")]
     TooManySamples(usize),
     #[error("batch size {0} is outside 1..={MAX_BATCH_SIZE}")]
@@ -136,6 +147,10 @@ pub(crate) enum Refusal {
         sent: u32,
         batches: u32,
     },
+    #[error(
+        "this data server is stopping: shard {shard} of epoch {epoch} ends after its first {sent} batches, before its end"
+    )]
+    StoppedMidStream { epoch: u32, shard: u32, sent: u32 },
     #[error("{0}")]
     Internal(String),
 }
@@ -161,14 +176,16 @@ impl Refusal {
             | MalformedShard(_)
             | TrainerIdTooLong(_)
             | NoSamples
+            | SourceMismatch { .. }
+            | StreamWithIds
             | TooManySamples(_)
             | BatchSize(_)
             | BatchOverMessage { .. }
             | BatchOverBudget { .. } => Code::InvalidArgument,
             Protocol(_) => Code::FailedPrecondition,
             NotOurTrainer { .. } | NotOurHost { .. } => Code::PermissionDenied,
-            ShuttingDown | StoppedMidShard { .. } => Code::Unavailable,
-            UnknownSample { .. } => Code::OutOfRange,
+            ShuttingDown | StoppedMidShard { .. } | StoppedMidStream { .. } => Code::Unavailable,
+            UnknownSample { .. } | UnknownShard { .. } => Code::OutOfRange,
             NeverStreamed { .. } => Code::NotFound,
             ShardFailed { .. } => Code::DataLoss,
             Internal(_) => Code::Internal,

@@ -8,9 +8,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::connections::Peer;
+use super::flow::BatchOrError;
 use super::log_id::LogId;
 use super::refusal::Refusal;
-use super::shard::{self, BatchOrError};
+use super::shard;
 use super::stall::Watch;
 use super::state::{Shared, StopReason};
 use super::trainer_id::check_trainer_id;
@@ -92,6 +93,7 @@ impl DataService for Service {
             max_inflight_shards: self.0.config.max_inflight_shards,
             tensors,
             samples_per_epoch: self.0.engine.samples_per_epoch(),
+            shards: self.0.engine.shards().unwrap_or(0),
         }))
     }
 

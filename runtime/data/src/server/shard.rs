@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use hetgen_pipeline::ShardWork;
 use tokio::sync::mpsc;
@@ -12,6 +11,7 @@ use tokio::sync::mpsc;
 use super::budget::Reservation;
 use super::config::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use super::connections::Peer;
+use super::flow::{BatchOrError, GRACE, room, unless_stalled};
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
@@ -20,14 +20,34 @@ use crate::MAX_MESSAGE_BYTES;
 use crate::checksum::batch_checksum;
 use crate::proto::{Batch, ShardRequest};
 
-/// What a shard stream carries: batches, then possibly why it ended early.
-pub(crate) type BatchOrError = Result<Batch, tonic::Status>;
-
 /// Refuse requests no honest trainer sends, before any work is done.
 pub(crate) fn validate(shared: &Shared, request: &ShardRequest) -> Result<(), Refusal> {
     check_trainer_id(&request.trainer_id, &shared.config)?;
-    if request.sample_ids.is_empty() {
-        return Err(Refusal::NoSamples);
+    const BY_ID: &str = "a source of samples by id";
+    const SHARDS: &str = "a dataset of shards";
+    match (request.stream, shared.engine.shards()) {
+        (true, None) => {
+            return Err(Refusal::SourceMismatch {
+                asked: SHARDS,
+                have: BY_ID,
+            });
+        }
+        (false, Some(_)) => {
+            return Err(Refusal::SourceMismatch {
+                asked: BY_ID,
+                have: SHARDS,
+            });
+        }
+        (true, Some(shards)) if request.shard >= shards => {
+            return Err(Refusal::UnknownShard {
+                shard: request.shard,
+                shards,
+            });
+        }
+        (true, Some(_)) if !request.sample_ids.is_empty() => return Err(Refusal::StreamWithIds),
+        (true, Some(_)) => {}
+        (false, None) if request.sample_ids.is_empty() => return Err(Refusal::NoSamples),
+        (false, None) => {}
     }
     if request.sample_ids.len() > MAX_SHARD_SAMPLES {
         return Err(Refusal::TooManySamples(request.sample_ids.len()));
@@ -84,25 +104,24 @@ pub(crate) async fn open(
     let open = shared.admit(&request, watch.clone())?;
     shared.touch();
     let (tx, batches) = mpsc::channel(2);
-    tokio::spawn(produce(
-        shared,
-        request,
-        tx,
-        watch.clone(),
-        (open, reservation.clone()),
-    ));
+    let held = (open, reservation.clone());
+    if request.stream {
+        tokio::spawn(super::stream::produce(
+            shared,
+            request,
+            tx,
+            watch.clone(),
+            held,
+        ));
+    } else {
+        tokio::spawn(produce(shared, request, tx, watch.clone(), held));
+    }
     Ok(OpenShard {
         batches,
         reservation,
         watch,
     })
 }
-
-/// How long making batches on a blocking thread waits for the client to take one before the
-/// thread lets go: the stream resumes from that batch once the client takes data again. A
-/// trainer that keeps up takes a batch every step; one that has stopped reading holds no
-/// thread for longer than this.
-const GRACE: Duration = Duration::from_millis(500);
 
 /// Make the shard's batches into the stream's channel until its client has taken them all (the
 /// response body ends), the stream stalls ([`stall`]), or a stop. Batches are made on a blocking
@@ -177,54 +196,6 @@ pub(crate) async fn produce(
     drop(tx);
     unless_stalled(&shared, &watch, watch.body_gone()).await;
     drop(held);
-}
-
-/// Room in the channel for one message, waiting for the client to take one; `None` when the
-/// body is gone, or the stream stalled (then it is cancelled).
-async fn room<'a>(
-    shared: &Shared,
-    tx: &'a mpsc::Sender<BatchOrError>,
-    watch: &Watch,
-) -> Option<mpsc::Permit<'a, BatchOrError>> {
-    unless_stalled(shared, watch, tx.reserve()).await?.ok()
-}
-
-/// `wait`'s output, unless the stream makes no progress for the stall timeout first: then it
-/// is cancelled and this is `None`.
-async fn unless_stalled<T>(
-    shared: &Shared,
-    watch: &Watch,
-    wait: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    let stall = shared.config.stall_timeout;
-    let mut wait = std::pin::pin!(wait);
-    loop {
-        let check_at = stall
-            .saturating_sub(watch.stalled_for())
-            .max(Duration::from_millis(100));
-        tokio::select! {
-            done = &mut wait => return Some(done),
-            _ = tokio::time::sleep(check_at) => {
-                if watch.stalled_for() >= stall {
-                    cancel(shared, watch);
-                    return None;
-                }
-            }
-        }
-    }
-}
-
-/// A stream stalled for the timeout is cancelled; logged within the peers' log budget.
-fn cancel(shared: &Shared, watch: &Watch) {
-    if watch.cancel()
-        && let Some(suppressed) = shared.logs.stalled.allow()
-    {
-        tracing::warn!(
-            stall_s = shared.config.stall_timeout.as_secs_f64(),
-            suppressed,
-            "a shard stream's client took no data for the stall timeout; closed its connection"
-        );
-    }
 }
 
 /// What one run of [`make`] did.

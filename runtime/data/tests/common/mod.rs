@@ -127,6 +127,7 @@ pub fn input(job: &Job, client: &Client, epochs: u32, deterministic: bool) -> In
     InputConfig {
         seed: job.seed,
         samples_per_epoch: client.samples_per_epoch(),
+        shards: client.shards(),
         shard_size: job.pipeline.shard_size,
         batch_size: job.pipeline.batch_size,
         epochs: Some(epochs),

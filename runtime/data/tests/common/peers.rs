@@ -65,6 +65,7 @@ pub async fn stalled_streams(
                 sample_ids: (0..64).collect(),
                 batch_size: 1,
                 trainer_id: format!("{trainer}/rank-{rank}"),
+                ..Default::default()
             };
             let message = prost::Message::encode_to_vec(&request);
             let mut frame = vec![0u8];

@@ -19,6 +19,7 @@ mod make;
 mod process;
 mod protocol;
 mod segments;
+mod slot;
 mod stack;
 mod stream;
 pub mod usage;
@@ -37,10 +38,11 @@ use hetgen_spec::model::{Pipeline, PythonRef};
 
 use crate::engine::{BACKGROUND_NICE, lower_priority};
 use crate::{Batch, Batches, Contents, PipelineError, ShardWork, StreamWork};
-use make::{serve, user_error};
+use make::serve;
 use process::{Failed, Made, Process};
 use protocol::{Built, Setup};
 pub use segments::SEGMENTS;
+use slot::user_error;
 
 /// The worker's source, written into the shared-memory folder and run by the job's Python.
 const WORKER_PY: &str = include_str!("worker.py");
@@ -299,7 +301,7 @@ fn first_sample(
             sample,
         } => user_error(kind, message, sample),
         Failed::Died { how, .. } => failed(format!("the worker died making {what} ({how})")),
-        Failed::Stuck { doing, stack } => make::timeout(doing, deadline, stack),
+        Failed::Stuck { doing, stack } => slot::timeout(doing, deadline, stack),
     };
     let process = &mut processes[0].0;
     let made = match built {

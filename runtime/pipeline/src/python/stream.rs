@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
 
-use super::make::{drop_worker, timeout, user_error, worker};
 use super::process::{Doing, Failed, Made, Process};
 use super::protocol::Built;
+use super::slot::{drop_worker, stopping, timeout, user_error, worker};
 use super::{Job, MAX_DEATHS, Pool, Workers};
 use crate::plan::{stream_sample_id, stream_sample_of};
 use crate::{Batch, Contents, PipelineError, StreamWork};
@@ -149,9 +149,7 @@ fn next(
             Err(failed) => failed,
         };
         if pool.closing() {
-            return Err(PipelineError::Pool(
-                "the Python workers are stopping".into(),
-            ));
+            return Err(stopping());
         }
         match failed {
             Failed::User {

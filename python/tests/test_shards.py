@@ -1,0 +1,141 @@
+"""A dataset stored in shards (`hetgen.Shards`) on the data hosts: real data-server processes
+whose Python workers read `datasets/shards.py`, through `hetgen.Loader` as a training script
+would. Every sample once per epoch, with a host frozen and one killed; a shard that raises
+named with the sample's position; a resumed epoch giving the same remaining samples; ranks
+taking as many batches each though their shards differ in length."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import hetgen
+from conftest import run_script
+from test_dataset import dataset_cluster, epoch_failure, use  # noqa: F401 (a fixture)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "datasets"))
+import shards  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def epoch_ids(loader) -> list[int]:
+    return [i for batch in loader for i in batch["id"].tolist()]
+
+
+def test_every_sample_comes_once_per_epoch_from_two_hosts(dataset_cluster, monkeypatch):
+    cluster = dataset_cluster(dataset="shards.py:make")
+    use(monkeypatch, cluster)
+    with hetgen.Loader(epochs=2) as loader:
+        assert loader.shards == len(shards.LENGTHS) and loader.samples_per_epoch == 0
+        with pytest.raises(TypeError, match="no length before it is read"):
+            len(loader)
+        epochs = [epoch_ids(loader) for _ in range(2)]
+        assert epoch_ids(loader) == []
+    for ids in epochs:
+        assert sorted(ids) == shards.ids()
+    # Each epoch draws its own order of shards; a shard's samples keep theirs.
+    assert epochs[0] != epochs[1]
+    for ids in epochs:
+        per_shard = {}
+        for i in ids:
+            per_shard.setdefault(i // 1000, []).append(i)
+        assert all(v == sorted(v) for v in per_shard.values())
+
+
+def test_a_frozen_host_and_a_killed_one_lose_and_double_nothing(dataset_cluster, monkeypatch):
+    cluster = dataset_cluster(dataset="shards.py:make", data_hosts=3)
+    for shard in range(len(shards.LENGTHS)):
+        (cluster.data_folder / f"slow-{shard}").touch()
+    use(monkeypatch, cluster)
+    frozen, killed = cluster.data[0], cluster.data[1]
+    ids = []
+    with hetgen.Loader(epochs=1, stall_timeout=3.0) as loader:
+        os.kill(cluster.servers[frozen].pid, signal.SIGSTOP)
+        try:
+            for n, batch in enumerate(loader):
+                ids += batch["id"].tolist()
+                if n == 1:
+                    cluster.kill(killed)
+        finally:
+            os.kill(cluster.servers[frozen].pid, signal.SIGCONT)
+        by_source = loader.batches_by_source
+    assert sorted(ids) == shards.ids(), Counter(ids).most_common(3)
+    assert by_source[cluster.data[2]] > 0, by_source
+
+
+def test_a_shard_that_raises_names_the_shard_and_the_sample_s_position(dataset_cluster, monkeypatch):
+    cluster = dataset_cluster(dataset="shards.py:make", data_hosts=1)
+    (cluster.data_folder / "raise-4-6").touch()
+    use(monkeypatch, cluster)
+    message = epoch_failure()
+    assert "shard 4 (`shard-4`), sample at position 6" in message, message
+    assert "record 6 of shard-4 is truncated" in message, message
+    assert "shards.py" in message, message
+
+
+def test_a_state_saved_mid_epoch_resumes_with_the_same_remaining_samples(dataset_cluster, tmp_path):
+    cluster = dataset_cluster(dataset="shards.py:make")
+    env = cluster.trainer_env()
+    state = str(tmp_path / "state.json")
+    run_script("stream.py", env, "--epochs", "2", "--out", str(tmp_path / "whole"))
+    run_script(
+        "stream.py", env, "--epochs", "2", "--out", str(tmp_path / "first"),
+        "--stop-after", "5", "--state", state,
+    )
+    saved = json.loads(Path(state).read_text())
+    assert saved["epoch"] == 0 and saved["shards"] == len(shards.LENGTHS), saved
+    assert saved["partial"], "stopped inside a shard"
+    run_script(
+        "stream.py", env, "--epochs", "2", "--out", str(tmp_path / "rest"),
+        "--resume", "--state", state,
+    )
+    lines = lambda name: [json.loads(l) for l in (tmp_path / name).read_text().splitlines()]
+    whole, resumed = lines("whole"), lines("first") + lines("rest")
+    # Batch for batch, bit for bit: the same samples, made the same way.
+    assert [b["samples"] for b in resumed] == [b["samples"] for b in whole]
+    assert sorted(i for b in whole for i in b["ids"]) == sorted(2 * shards.ids())
+
+
+def test_ranks_take_as_many_batches_though_their_shards_differ(dataset_cluster, tmp_path):
+    cluster = dataset_cluster(dataset="shards.py:make", processes=2)
+    env = {**os.environ, **cluster.trainer_env(), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(cluster.port + 5000), "WORLD_SIZE": "2"}
+    ranks = []
+    for rank in range(2):
+        out = tmp_path / f"rank{rank}.jsonl"
+        log = (tmp_path / f"rank{rank}.log").open("w")
+        ranks.append((out, subprocess.Popen(
+            [sys.executable, str(SCRIPTS / "stream.py"), "--distributed", "--epochs", "2",
+             "--out", str(out)],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, stderr=log,
+        )))
+    for rank, (_, process) in enumerate(ranks):
+        try:
+            code = process.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0:
+            for _, other in ranks:
+                other.kill()
+        assert code == 0, (tmp_path / f"rank{rank}.log").read_text()
+    per_rank = [[json.loads(l) for l in out.read_text().splitlines()] for out, _ in ranks]
+    for epoch in range(2):
+        batches = [[b for b in r if b["epoch"] == epoch] for r in per_rank]
+        assert len(batches[0]) == len(batches[1]) > 0, [len(b) for b in batches]
+        ids = [i for r in batches for b in r for i in b["ids"]]
+        assert len(ids) == len(set(ids)), "no sample on two ranks"
+        assert set(ids) <= set(shards.ids())
+    logs = "".join((tmp_path / f"rank{r}.log").read_text() for r in range(2))
+    # 10 shards of unequal lengths, 5 per rank: one rank has more batches and leaves them.
+    assert "unused, so that every rank takes as many batches" in logs, logs
