@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import hetgen
-from conftest import run_script
+from conftest import audit, run_script
 from test_dataset import dataset_cluster, epoch_failure, use  # noqa: F401 (a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "datasets"))
@@ -139,3 +139,54 @@ def test_ranks_take_as_many_batches_though_their_shards_differ(dataset_cluster, 
     logs = "".join((tmp_path / f"rank{r}.log").read_text() for r in range(2))
     # 10 shards of unequal lengths, 5 per rank: one rank has more batches and leaves them.
     assert "unused, so that every rank takes as many batches" in logs, logs
+
+
+def test_the_shards_example_trains_from_its_tar_shards_through_aws_toolkit(tmp_path):
+    """`hetgen new --example pytorch-shards`: the example's own script writes the digits as
+    tar shards (standard library only), the data hosts read them with the example's reader
+    (torchvision decoding and augmentation) through AWS's training toolkit, and the model
+    learns. Each epoch the ranks together receive the samples of the shards dealt to them
+    exactly once; ranks end each epoch together (one leaves its surplus batches unused)."""
+    from test_script_mode import hetgen as hetgen_command, processes_of, project
+
+    root = project(tmp_path, "pytorch-shards")
+    made = subprocess.run([sys.executable, "make_shards.py"], cwd=root, capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert len(list((root / "data" / "shards" / "train").glob("*.tar"))) == 15
+    assert hetgen_command("render", cwd=root).returncode == 0
+    audit_file = tmp_path / "audit.txt"
+    run = hetgen_command(
+        "deploy", "--local", "--env", f"HETGEN_AUDIT_FILE={audit_file}", cwd=root, timeout=400
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    assert "Completed" in output and "Reporting training SUCCESS" in output
+    (metrics,) = {p.resolve() for p in root.glob("build/**/model/metrics.json")}
+    report = json.loads(metrics.read_text())
+    assert report["ranks"] == 2 and report["accuracy"] >= 0.90, report
+    lines = audit(audit_file)
+    assert max(Counter(lines).values()) == 1, "no sample twice in an epoch"
+    per_epoch = Counter(epoch for epoch, _ in lines)
+    # 14 of the 15 shards (one sits each epoch out: 15 is not a multiple of 2 ranks), each
+    # whole: 100 samples, or the last shard's 37.
+    for epoch in range(report["epochs"]):
+        assert per_epoch[epoch] in (1400, 1337), per_epoch
+    assert "unused, so that every rank takes as many batches" in output
+    assert processes_of(root / "build") == []
+
+
+def test_hetgen_profile_measures_a_dataset_of_shards_with_a_shard_per_worker(dataset_cluster):
+    from conftest import binary
+
+    cluster = dataset_cluster(dataset="shards.py:make", start=False)
+    done = subprocess.run(
+        [binary("HETGEN_BIN"), "profile", "--python", sys.executable, "--threads", "2",
+         "--seconds", "1"],
+        cwd=cluster.root, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "of 10 shards" in done.stderr, done.stderr
+    runs = json.loads((cluster.root / "profile.json").read_text())["dataset"]["runs"]
+    assert [r["workers"] for r in runs] == [1, 2], runs
+    assert all(r["samples"] > 0 and r["samples_per_s"] > 0 for r in runs), runs

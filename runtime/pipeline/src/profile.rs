@@ -11,13 +11,14 @@
 //! rate: bytes per sample on the wire, each worker's memory, how long the dataset takes to
 //! start, and how the rate scales from one worker to all of them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::python::Workers;
 use crate::python::usage::{Memory, Usage};
-use crate::{Batch, Batches, Engine, EpochPlan, PipelineError, ShardWork};
+use crate::{Batch, Batches, Engine, EpochPlan, PipelineError, ShardWork, StreamPlan, StreamWork};
 
 /// One stage's share of the work.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,6 +119,9 @@ fn run_for(
     shape: &Shape,
     each: &mut dyn FnMut(&Batch) -> bool,
 ) -> Result<(), PipelineError> {
+    if let Some(shards) = batches.shards() {
+        return run_streams(batches, shards, shape, each);
+    }
     let mut epoch = 0;
     loop {
         let plan = EpochPlan::new(
@@ -146,6 +150,61 @@ fn run_for(
         }
         epoch += 1;
     }
+}
+
+/// [`run_for`] over a dataset of shards: a shard is read by one worker, so as many shards
+/// are read at once as there are workers (each lane of them takes every `lanes`-th shard of
+/// each epoch's order), their batches handed to `each` as they come.
+fn run_streams(
+    batches: &dyn Batches,
+    shards: u32,
+    shape: &Shape,
+    each: &mut dyn FnMut(&Batch) -> bool,
+) -> Result<(), PipelineError> {
+    let lanes = batches.threads().clamp(1, shards as usize);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(lanes);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..lanes)
+            .map(|lane| {
+                let (tx, stop) = (tx.clone(), &stop);
+                scope.spawn(move || -> Result<(), PipelineError> {
+                    for epoch in 0.. {
+                        let plan = StreamPlan::new(shape.seed, epoch, shards, 0, 1);
+                        for &shard in plan.shards.iter().skip(lane).step_by(lanes) {
+                            let work = StreamWork {
+                                epoch,
+                                shard,
+                                first_batch: 0,
+                                batch_size: shape.batch_size,
+                            };
+                            batches.run_stream(work, &mut |batch, _| {
+                                !stop.load(Ordering::Relaxed) && tx.send(batch).is_ok()
+                            })?;
+                            if stop.load(Ordering::Relaxed) {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        drop(tx);
+        for batch in &rx {
+            if !each(&batch) {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        // Readers blocked on a full channel see it closed.
+        drop(rx);
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("a shard reader panicked"))
+            .collect::<Result<Vec<()>, _>>()
+            .map(drop)
+    })
 }
 
 /// One timed run of a Python dataset's workers.

@@ -28,4 +28,7 @@ pub enum Example {
     /// The same with your own torch Dataset (data.py, torchvision augmentation) run by the 2 CPU
     /// hosts; runs locally
     PytorchDataset,
+    /// The same data as WebDataset-style tar shards (make_shards.py) streamed by the 2 CPU hosts
+    /// with your own reader (data.py, hetgen.Shards); runs locally
+    PytorchShards,
 }

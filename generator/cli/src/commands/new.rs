@@ -40,6 +40,10 @@ fn example(example: Example) -> (&'static str, &'static str) {
             include_str!("../../../../examples/pytorch-dataset/hetgen.toml"),
             "pytorch-dataset",
         ),
+        Example::PytorchShards => (
+            include_str!("../../../../examples/pytorch-shards/hetgen.toml"),
+            "pytorch-shards",
+        ),
     }
 }
 
@@ -51,6 +55,22 @@ const DATASET_MODULE: &str = include_str!("../../../../examples/pytorch-dataset/
 /// Its training set written with `hetgen.image` instead of torchvision.
 const DATASET_HETGEN_MODULE: &str =
     include_str!("../../../../examples/pytorch-dataset/data_hetgen.py");
+
+/// The `pytorch-shards` example: its script, its reader and the script that writes its shards.
+const SHARDS_FILES: [(&str, &str); 3] = [
+    (
+        "train.py",
+        include_str!("../../../../examples/pytorch-shards/train.py"),
+    ),
+    (
+        "data.py",
+        include_str!("../../../../examples/pytorch-shards/data.py"),
+    ),
+    (
+        "make_shards.py",
+        include_str!("../../../../examples/pytorch-shards/make_shards.py"),
+    ),
+];
 
 /// The digits data set: one CSV line per 8×8 image, 64 values from 0 to 16, then the label.
 const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../../datasets/digits/digits.csv.gz");
@@ -143,6 +163,10 @@ pub fn run(args: &NewArgs) -> Result<ExitCode, Failure> {
             files.push(("data_hetgen.py".into(), DATASET_HETGEN_MODULE.into()));
             files.extend(digits());
         }
+        Example::PytorchShards => {
+            files.extend(SHARDS_FILES.map(|(name, text)| (name.into(), text.into())));
+            files.extend(digits());
+        }
         _ => {}
     }
     // Stage everything in a sibling folder and rename it into place, so a failure never
@@ -171,8 +195,12 @@ pub fn run(args: &NewArgs) -> Result<ExitCode, Failure> {
         root.display(),
         example(args.example).1
     );
+    let first = match args.example {
+        Example::PytorchShards => " && python make_shards.py",
+        _ => "",
+    };
     eprintln!(
-        "next: cd {} && hetgen validate && hetgen render",
+        "next: cd {}{first} && hetgen validate && hetgen render",
         root.display()
     );
     Ok(ExitCode::SUCCESS)

@@ -255,12 +255,13 @@ fn profile_dataset(
             })
             .map_err(&failure)?;
         bar.finish_and_clear();
+        let of = match pool.shards() {
+            Some(shards) => format!("of {shards} shards"),
+            None => format!("of {} per epoch", pool.samples_per_epoch()),
+        };
         eprintln!(
-            "{workers} worker(s): {:.1} samples/s ({} samples of {} per epoch in {:.1} s)",
-            run.samples_per_s,
-            run.samples,
-            pool.samples_per_epoch(),
-            run.seconds
+            "{workers} worker(s): {:.1} samples/s ({} samples {of} in {:.1} s)",
+            run.samples_per_s, run.samples, run.seconds
         );
         runs.push(run);
     }
