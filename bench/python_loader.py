@@ -12,7 +12,11 @@ and the same CPU set, from one of:
 - `ops-workers`, `ops-dataloader`: the same two with bench/ops_dataset.py, that Dataset written
   with hetgen's image operations (`hetgen.image`);
 - `const-workers`, `const-dataloader`: the same two with bench/const_dataset.py, which returns
-  one ready sample: what moving a batch costs, alone.
+  one ready sample: what moving a batch costs, alone;
+- `shards-workers`, `shards-dataloader`: a dataset stored in tar shards (bench/tar_shards.py,
+  FOLDER their folder): `hetgen.Shards` through hetgen's Python workers, one shard per worker,
+  and the same reader as an `IterableDataset` that splits the shards by DataLoader worker, as a
+  WebDataset pipeline does, in a DataLoader with as many workers.
 
     python bench/python_loader.py MODE FOLDER CORES SECONDS
 
@@ -83,7 +87,7 @@ def workers_batches(folder, cores, dataset="folder_dataset.py"):
     spec["pipeline"]["shard_size"] = BATCH * 4
     spec["trainer"]["deterministic"] = False
     code = tempfile.mkdtemp()
-    for name in (dataset, "labelled_files.py"):
+    for name in {dataset, "labelled_files.py", "tar_shards.py"}:
         shutil.copy(BENCH / name, code)
     Path(code, "train.py").write_text("")  # the spec's script, which this loop stands for
     os.environ["HETGEN_CODE_DIR"] = code
@@ -108,6 +112,18 @@ def dataset_dataloader_batches(folder, cores, dataset="folder_dataset.py"):
         yield from loader
 
 
+def shards_dataloader_batches(folder, cores):
+    import torch
+
+    from tar_shards import ShardStream
+
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(
+        ShardStream(folder), batch_size=BATCH, num_workers=cores, persistent_workers=True
+    )
+    yield from loader
+
+
 MODES = {
     "hetgen": hetgen_batches,
     "dataloader": dataloader_batches,
@@ -125,6 +141,8 @@ MODES = {
     "ops-dataloader": lambda folder, cores: dataset_dataloader_batches(
         folder, cores, "ops_dataset.py"
     ),
+    "shards-workers": lambda folder, cores: workers_batches(folder, cores, "tar_shards.py"),
+    "shards-dataloader": shards_dataloader_batches,
 }
 
 

@@ -3,7 +3,8 @@
 # and two cores, alternating rounds; the median of the per-round ratios is the figure to quote.
 # Two other modes of bench/python_loader.py can be compared the same way: `workers
 # dataset-dataloader` runs a user's own torch Dataset through hetgen's Python workers and
-# through a DataLoader with as many workers.
+# through a DataLoader with as many workers; `shards-workers shards-dataloader` a dataset stored
+# in tar shards (bench/tar_shards.py).
 #   bench/python_loader.sh [SECONDS] [ROUNDS] [MODE_A MODE_B]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -14,6 +15,13 @@ mode_b="${4:-dataloader}"
 # torchvision from requirements/bench.txt: the bench venv, on top of the torch venv.
 venv="$(with_wheel scripts/bench-env.sh)"
 folder="$(jpeg_folder)"
+# The shard modes read the same JPEGs written as tar shards.
+if [[ "$mode_a" == shards-* ]]; then
+  shards="$CARGO_TARGET_DIR/bench-shards"
+  rm -rf "$shards"
+  "$venv/bin/python" bench/tar_shards.py "$folder" "$shards"
+  folder="$shards"
+fi
 # hetgen's Python workers run with the bench venv's interpreter (torchvision is there).
 export HETGEN_PYTHON="$venv/bin/python"
 run() { "$venv/bin/python" bench/python_loader.py "$1" "$folder" "$2" "$seconds" | awk '/^rate/ {print $2}'; }

@@ -190,3 +190,22 @@ def test_hetgen_profile_measures_a_dataset_of_shards_with_a_shard_per_worker(dat
     runs = json.loads((cluster.root / "profile.json").read_text())["dataset"]["runs"]
     assert [r["workers"] for r in runs] == [1, 2], runs
     assert all(r["samples"] > 0 and r["samples_per_s"] > 0 for r in runs), runs
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_local_mode_reads_every_shard_once_per_epoch(dataset_cluster, monkeypatch, deterministic):
+    """`Loader(mode="local")`: the same workers on this host, a shard per worker at once (one
+    at a time, in plan order, when deterministic)."""
+    cluster = dataset_cluster(dataset="shards.py:make", start=False)
+    monkeypatch.setenv("HETGEN_CODE_DIR", str(cluster.root))
+    monkeypatch.setenv("HETGEN_PYTHON", sys.executable)
+    loader = hetgen.Loader(str(cluster.spec), mode="local", epochs=2, deterministic=deterministic,
+                           channels={"training": str(cluster.data_folder)})
+    epochs = [epoch_ids(loader) for _ in range(2)]
+    loader.close()
+    assert [sorted(ids) for ids in epochs] == [shards.ids()] * 2
+    again = hetgen.Loader(str(cluster.spec), mode="local", epochs=1, deterministic=deterministic,
+                          channels={"training": str(cluster.data_folder)})
+    if deterministic:
+        assert epoch_ids(again) == epochs[0], "plan order, every time"
+    again.close()

@@ -2,10 +2,14 @@
 //!
 //! A producer thread walks the same [`EpochPlan`]s the remote client does, shard by shard, and
 //! hands batches over a small bounded channel, so preprocessing of the next batches overlaps
-//! training on this one. Dropping the input stops the producer and joins it.
+//! training on this one. A dataset of shards walks [`StreamPlan`]s instead, reading as many
+//! shards at once as there are workers (one at a time in deterministic order). Dropping the
+//! input stops the producer and joins it.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::{
@@ -98,8 +102,11 @@ fn produce(engine: &dyn Batches, config: &InputConfig, start: &Position, tx: &Sy
     }
 }
 
-/// Epoch `epoch` of a dataset of `shards` shards, in plan order, after `start` when resuming
-/// it; `false` when the consumer is gone or a shard failed (the error sent).
+/// Epoch `epoch` of a dataset of `shards` shards, after `start` when resuming it; `false` when
+/// the consumer is gone or a shard failed (the error sent). A shard is read by one worker, so
+/// as many shards are read at once as the engine has workers, each lane taking the next shard
+/// of the plan when its own ends, their batches sent as they come; in deterministic order one
+/// shard at a time, in plan order.
 fn stream_epoch(
     engine: &dyn Batches,
     config: &InputConfig,
@@ -108,32 +115,63 @@ fn stream_epoch(
     tx: &SyncSender<Item>,
 ) -> bool {
     let plan = StreamPlan::new(config.seed, epoch, shards, config.rank, config.world);
-    for shard in plan.shards {
-        let Some(skip) = start.map_or(Some(0), |p| p.skip(shard)) else {
-            continue;
-        };
-        let mut open = true;
-        let work = StreamWork {
-            epoch,
-            shard,
-            first_batch: skip,
-            batch_size: config.batch_size.max(1),
-        };
-        // A batch's shard length is known with its last batch: until then "more to come".
-        let result = engine.run_stream(work, &mut |batch, last| {
-            let total = if last { batch.index + 1 } else { u32::MAX };
-            open = tx.send(Ok((batch, total))).is_ok();
-            open
-        });
-        if let Err(e) = result {
-            let _ = tx.send(Err(Box::new(e)));
-            return false;
+    let queue: Mutex<VecDeque<(u32, u32)>> = Mutex::new(
+        plan.shards
+            .into_iter()
+            .filter_map(|shard| Some((shard, start.map_or(Some(0), |p| p.skip(shard))?)))
+            .collect(),
+    );
+    let lanes = if config.deterministic {
+        1
+    } else {
+        engine.threads().max(1)
+    };
+    let go_on = AtomicBool::new(true);
+    std::thread::scope(|scope| {
+        for _ in 0..lanes {
+            scope.spawn(|| {
+                while go_on.load(Ordering::Relaxed) {
+                    let Some((shard, skip)) = queue.lock().ok().and_then(|mut q| q.pop_front())
+                    else {
+                        return;
+                    };
+                    if !read_shard(engine, config, (epoch, shard, skip), tx, &go_on) {
+                        go_on.store(false, Ordering::Relaxed);
+                    }
+                }
+            });
         }
-        if !open {
-            return false;
-        }
+    });
+    go_on.load(Ordering::Relaxed)
+}
+
+/// Shard `shard` of `epoch` from batch `skip` into `tx`; `false` when the consumer is gone, a
+/// shard failed (the error sent) or another lane said stop.
+fn read_shard(
+    engine: &dyn Batches,
+    config: &InputConfig,
+    (epoch, shard, skip): (u32, u32, u32),
+    tx: &SyncSender<Item>,
+    go_on: &AtomicBool,
+) -> bool {
+    let mut open = true;
+    let work = StreamWork {
+        epoch,
+        shard,
+        first_batch: skip,
+        batch_size: config.batch_size.max(1),
+    };
+    // A batch's shard length is known with its last batch: until then "more to come".
+    let result = engine.run_stream(work, &mut |batch, last| {
+        let total = if last { batch.index + 1 } else { u32::MAX };
+        open = go_on.load(Ordering::Relaxed) && tx.send(Ok((batch, total))).is_ok();
+        open
+    });
+    if let Err(e) = result {
+        let _ = tx.send(Err(Box::new(e)));
+        return false;
     }
-    true
+    open
 }
 
 impl BatchStream for LocalInput {
