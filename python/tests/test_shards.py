@@ -108,36 +108,62 @@ def test_a_state_saved_mid_epoch_resumes_with_the_same_remaining_samples(dataset
 
 
 def test_ranks_take_as_many_batches_though_their_shards_differ(dataset_cluster, tmp_path):
-    cluster = dataset_cluster(dataset="shards.py:make", processes=2)
+    """Two DDP ranks (gloo, stepping in lockstep) over three data hosts, one frozen and then
+    one killed once batches flow: the ranks take as many batches each epoch, and together
+    receive every sample of every shard exactly once per epoch (the audit counts what a rank
+    leaves unused too: it was delivered to it, to no one else)."""
+    cluster = dataset_cluster(dataset="shards.py:make", data_hosts=3, processes=2)
+    for shard in range(len(shards.LENGTHS)):
+        (cluster.data_folder / f"slow-{shard}").touch()
     env = {**os.environ, **cluster.trainer_env(), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(cluster.port + 5000), "WORLD_SIZE": "2"}
+    frozen, killed = cluster.data[0], cluster.data[1]
     ranks = []
-    for rank in range(2):
-        out = tmp_path / f"rank{rank}.jsonl"
-        log = (tmp_path / f"rank{rank}.log").open("w")
-        ranks.append((out, subprocess.Popen(
-            [sys.executable, str(SCRIPTS / "stream.py"), "--distributed", "--epochs", "2",
-             "--out", str(out)],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, stderr=log,
-        )))
-    for rank, (_, process) in enumerate(ranks):
-        try:
-            code = process.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            code = None
-        if code != 0:
-            for _, other in ranks:
-                other.kill()
-        assert code == 0, (tmp_path / f"rank{rank}.log").read_text()
-    per_rank = [[json.loads(l) for l in out.read_text().splitlines()] for out, _ in ranks]
-    for epoch in range(2):
-        batches = [[b for b in r if b["epoch"] == epoch] for r in per_rank]
-        assert len(batches[0]) == len(batches[1]) > 0, [len(b) for b in batches]
-        ids = [i for r in batches for b in r for i in b["ids"]]
-        assert len(ids) == len(set(ids)), "no sample on two ranks"
-        assert set(ids) <= set(shards.ids())
+
+    def wait_for_batches(n):
+        out, deadline = tmp_path / "rank0.jsonl", time.monotonic() + 120
+        while not (out.exists() and len(out.read_text().splitlines()) >= n):
+            assert time.monotonic() < deadline and ranks[0].poll() is None, (
+                (tmp_path / "rank0.log").read_text())
+            time.sleep(0.02)
+
+    try:
+        for rank in range(2):
+            log = (tmp_path / f"rank{rank}.log").open("w")
+            ranks.append(subprocess.Popen(
+                [sys.executable, str(SCRIPTS / "stream.py"), "--distributed", "--epochs", "2",
+                 "--out", str(tmp_path / f"rank{rank}.jsonl")],
+                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank),
+                     "HETGEN_AUDIT_FILE": str(tmp_path / f"audit{rank}.txt")},
+                stderr=log,
+            ))
+        wait_for_batches(1)
+        os.kill(cluster.servers[frozen].pid, signal.SIGSTOP)
+        wait_for_batches(3)
+        cluster.kill(killed)
+        codes = []
+        for process in ranks:
+            try:
+                codes.append(process.wait(timeout=240))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+    finally:
+        os.kill(cluster.servers[frozen].pid, signal.SIGCONT)
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
     logs = "".join((tmp_path / f"rank{r}.log").read_text() for r in range(2))
-    # 10 shards of unequal lengths, 5 per rank: one rank has more batches and leaves them.
+    assert codes == [0, 0], logs
+    per_rank = [[json.loads(l) for l in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()]
+                for r in range(2)]
+    every = sorted((s << 32) | p for s, n in enumerate(shards.LENGTHS) for p in range(n))
+    audited = audit(tmp_path / "audit0.txt") + audit(tmp_path / "audit1.txt")
+    for epoch in range(2):
+        counts = [len([b for b in r if b["epoch"] == epoch]) for r in per_rank]
+        assert counts[0] == counts[1] > 0, counts
+        # 10 shards, 5 per rank: every shard read, each sample delivered once.
+        assert sorted(i for e, i in audited if e == epoch) == every
+    # Shards of unequal lengths: some rank has more batches in some epoch and leaves them.
     assert "unused, so that every rank takes as many batches" in logs, logs
 
 
