@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::Shared;
 use crate::proto::Batch;
@@ -64,5 +65,24 @@ pub(super) fn cancel(shared: &Shared, watch: &Watch) {
             suppressed,
             "a shard stream's client took no data for the stall timeout; closed its connection"
         );
+    }
+}
+
+/// The shard's making failed with `error` (the user's code, a sample): logged within the
+/// server's log budget, and what the client is told, with the sample to blame when one is.
+pub(super) fn failed(
+    shared: &Shared,
+    epoch: u32,
+    shard: u32,
+    error: &hetgen_pipeline::PipelineError,
+) -> Refusal {
+    if let Some(suppressed) = shared.logs.failed.allow() {
+        tracing::error!(epoch, shard, error = %error, suppressed, "shard failed");
+    }
+    Refusal::ShardFailed {
+        epoch,
+        shard,
+        error: error.to_string(),
+        sample: crate::failure::SampleFailure::of(error),
     }
 }

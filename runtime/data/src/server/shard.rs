@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::budget::Reservation;
 use super::config::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use super::connections::Peer;
-use super::flow::{BatchOrError, GRACE, room, unless_stalled};
+use super::flow::{BatchOrError, GRACE, failed, room, unless_stalled};
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
@@ -289,17 +289,7 @@ fn make(
     let (epoch, shard) = (request.epoch, request.shard);
     segment.ended_early = match result {
         _ if oversize.is_some() => oversize,
-        Err(e) => {
-            if let Some(suppressed) = shared.logs.failed.allow() {
-                tracing::error!(epoch, shard, error = %e, suppressed, "shard failed");
-            }
-            Some(Refusal::ShardFailed {
-                epoch,
-                shard,
-                error: e.to_string(),
-                sample: crate::failure::SampleFailure::of(&e),
-            })
-        }
+        Err(e) => Some(failed(shared, epoch, shard, &e)),
         Ok(()) => None,
     };
     segment

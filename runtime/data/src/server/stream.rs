@@ -14,7 +14,7 @@ use hetgen_pipeline::StreamWork;
 use tokio::sync::mpsc;
 
 use super::budget::Reservation;
-use super::flow::{BatchOrError, GRACE, cancel, room, unless_stalled};
+use super::flow::{BatchOrError, GRACE, cancel, failed, room, unless_stalled};
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
@@ -125,17 +125,7 @@ fn read(
     let (epoch, shard) = (request.epoch, request.shard);
     match result {
         _ if sent.oversize.is_some() => sent.oversize,
-        Err(e) => {
-            if let Some(suppressed) = shared.logs.failed.allow() {
-                tracing::error!(epoch, shard, error = %e, suppressed, "shard failed");
-            }
-            Some(Refusal::ShardFailed {
-                epoch,
-                shard,
-                error: e.to_string(),
-                sample: crate::failure::SampleFailure::of(&e),
-            })
-        }
+        Err(e) => Some(failed(shared, epoch, shard, &e)),
         Ok(()) if sent.gone || sent.last => None,
         // Nothing left to read from the first batch on: the shard ends before it, which the
         // client must hear as an end, not as a stream cut short.

@@ -17,7 +17,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Mutex, PoisonError};
 
 use super::process::{Doing, Failed, Made, Process};
-use super::slot::{drop_worker, stopping, timeout, user_error, worker};
+use super::slot::{died, worker};
 use super::{BatchJob, Job, MAX_DEATHS, Pool};
 use crate::PipelineError;
 
@@ -169,30 +169,10 @@ impl Maker<'_> {
     /// A request failed: the error to end the batch with, unless the worker died (then it is
     /// forgotten, the death counted, and what it was doing returned).
     fn died(&mut self, failed: Failed, deaths: &mut Deaths) -> Result<Doing, PipelineError> {
-        if self.pool.closing() {
-            return Err(stopping());
-        }
-        match failed {
-            Failed::User {
-                kind,
-                message,
-                sample,
-            } => Err(user_error(kind, message, sample)),
-            Failed::Stuck { doing, stack } => {
-                self.drop_worker();
-                Err(timeout(doing, self.pool.sample_timeout(), stack))
-            }
-            Failed::Died { how, doing } => {
-                self.drop_worker();
-                deaths.count += 1;
-                deaths.how = how;
-                Ok(doing)
-            }
-        }
-    }
-
-    fn drop_worker(&mut self) {
-        drop_worker(self.pool, self.slot, self.process);
+        let (how, doing) = died(self.pool, self.slot, self.process, failed)?;
+        deaths.count += 1;
+        deaths.how = how;
+        Ok(doing)
     }
 
     fn worker(&mut self) -> Result<&mut Process, PipelineError> {

@@ -4,10 +4,39 @@
 
 use std::time::{Duration, Instant};
 
-use super::process::{Doing, Process};
+use super::process::{Doing, Failed, Process};
 use super::protocol::ErrorKind;
 use super::{BUILD_LOG_EVERY, Pool, SAMPLE_TIMEOUT_VAR};
 use crate::PipelineError;
+
+/// A request to thread `slot`'s worker failed: the error to end its work with, unless the
+/// worker died (then it is forgotten, and how it ended and what it was doing are returned).
+/// Whatever failed while the pool is stopping is the stop.
+pub(super) fn died(
+    pool: &Pool,
+    slot: usize,
+    process: &mut Option<Process>,
+    failed: Failed,
+) -> Result<(String, Doing), PipelineError> {
+    if pool.closing() {
+        return Err(stopping());
+    }
+    match failed {
+        Failed::User {
+            kind,
+            message,
+            sample,
+        } => Err(user_error(kind, message, sample)),
+        Failed::Stuck { doing, stack } => {
+            drop_worker(pool, slot, process);
+            Err(timeout(doing, pool.sample_timeout(), stack))
+        }
+        Failed::Died { how, doing } => {
+            drop_worker(pool, slot, process);
+            Ok((how, doing))
+        }
+    }
+}
 
 /// Forgets thread `slot`'s worker (it died, or is being stopped).
 pub(super) fn drop_worker(pool: &Pool, slot: usize, process: &mut Option<Process>) {

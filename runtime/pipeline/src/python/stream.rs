@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
 
-use super::process::{Doing, Failed, Made, Process};
+use super::process::{Doing, Made, Process};
 use super::protocol::Built;
-use super::slot::{drop_worker, stopping, timeout, user_error, worker};
+use super::slot::{died, worker};
 use super::{Job, MAX_DEATHS, Pool, Workers};
 use crate::plan::{stream_sample_id, stream_sample_of};
 use crate::{Batch, Contents, PipelineError, StreamWork};
@@ -148,43 +148,27 @@ fn next(
             }
             Err(failed) => failed,
         };
-        if pool.closing() {
-            return Err(stopping());
-        }
-        match failed {
-            Failed::User {
-                kind,
-                message,
+        let (how, doing) = died(pool, slot, process, failed)?;
+        *deaths += 1;
+        let sample = match doing {
+            Doing::Sample(sample) => sample,
+            _ => stream_sample_id(job.shard, from),
+        };
+        if *deaths >= MAX_DEATHS {
+            return Err(PipelineError::WorkerDied {
+                deaths: *deaths,
+                how,
                 sample,
-            } => return Err(user_error(kind, message, sample)),
-            Failed::Stuck { doing, stack } => {
-                drop_worker(pool, slot, process);
-                return Err(timeout(doing, pool.sample_timeout(), stack));
-            }
-            Failed::Died { how, doing } => {
-                drop_worker(pool, slot, process);
-                *deaths += 1;
-                let sample = match doing {
-                    Doing::Sample(sample) => sample,
-                    _ => stream_sample_id(job.shard, from),
-                };
-                if *deaths >= MAX_DEATHS {
-                    return Err(PipelineError::WorkerDied {
-                        deaths: *deaths,
-                        how,
-                        sample,
-                    });
-                }
-                let (shard, position) = stream_sample_of(sample);
-                tracing::warn!(
-                    worker = %format!("w{slot}"),
-                    how = %how,
-                    shard,
-                    position,
-                    "a Python worker died reading shard {shard} at position {position}; \
-                     reading it again from position {from} in a new one"
-                );
-            }
+            });
         }
+        let (shard, position) = stream_sample_of(sample);
+        tracing::warn!(
+            worker = %format!("w{slot}"),
+            how = %how,
+            shard,
+            position,
+            "a Python worker died reading shard {shard} at position {position}; \
+             reading it again from position {from} in a new one"
+        );
     }
 }
