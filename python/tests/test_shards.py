@@ -79,7 +79,9 @@ def test_a_shard_that_raises_names_the_shard_and_the_sample_s_position(dataset_c
     (cluster.data_folder / "raise-4-6").touch()
     use(monkeypatch, cluster)
     message = epoch_failure()
-    assert "shard 4 (`shard-4`), sample at position 6" in message, message
+    assert "__getitem__: shard 4 (`shard-4`), sample at position 6" in message, message
+    # Named by shard and position, not by the number the data service makes of them.
+    assert str((4 << 32) | 6) not in message, message
     assert "record 6 of shard-4 is truncated" in message, message
     assert "shards.py" in message, message
 

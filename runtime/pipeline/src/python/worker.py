@@ -528,10 +528,10 @@ class Stream:
         try:
             return next(iterator, self.END)
         except Exception:
+            # Named by shard and position in the message; the id the data service gives the
+            # sample (`sample_id`) would only repeat them, as one large number.
             raise Failure(
-                "getitem",
-                f"{self.name(shard)}, sample at position {position}:\n{user_traceback()}",
-                sample_id(shard, position),
+                "getitem", f"{self.name(shard)}, sample at position {position}:\n{user_traceback()}"
             ) from None
 
     def _seek(self, progress, shard, position):
@@ -543,9 +543,7 @@ class Stream:
             iterator = iter(self.read(self.shards[shard]))
         except Exception:
             raise Failure(
-                "getitem",
-                f"{self.name(shard)} could not be opened:\n{user_traceback()}",
-                sample_id(shard, 0),
+                "getitem", f"{self.name(shard)} could not be opened:\n{user_traceback()}"
             ) from None
         for skipped in range(position):
             if self._next(progress, shard, iterator, skipped, None) is self.END:
@@ -554,7 +552,6 @@ class Stream:
                     f"{self.name(shard)} ended after {skipped} samples, before position "
                     f"{position}, which it had before: a shard must yield the same samples "
                     "each time it is read",
-                    sample_id(shard, skipped),
                 )
         return (shard, position, iterator, None)
 
