@@ -86,3 +86,24 @@ pub(super) fn failed(
         sample: crate::failure::SampleFailure::of(error),
     }
 }
+
+/// The end of a stream's making: why it ended early, if it did, queued for the client; then
+/// the wait until the client has taken everything (the body ends once every sender is gone, or
+/// the client reset the stream) or the stream stalls, with `held` (its share of the budget, its
+/// place among the trainer's streams) kept until then.
+pub(super) async fn end<H>(
+    shared: &Shared,
+    tx: mpsc::Sender<BatchOrError>,
+    watch: &Watch,
+    ended_early: Option<Refusal>,
+    held: H,
+) {
+    if let Some(why) = ended_early
+        && let Some(permit) = room(shared, &tx, watch).await
+    {
+        permit.send(Err(why.into()));
+    }
+    drop(tx);
+    unless_stalled(shared, watch, watch.body_gone()).await;
+    drop(held);
+}

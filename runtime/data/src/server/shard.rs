@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::budget::Reservation;
 use super::config::{MAX_BATCH_SIZE, MAX_SHARD_SAMPLES};
 use super::connections::Peer;
-use super::flow::{BatchOrError, GRACE, failed, room, unless_stalled};
+use super::flow::{BatchOrError, GRACE, end, failed, room};
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
@@ -185,17 +185,7 @@ pub(crate) async fn produce(
             break;
         }
     }
-    if let Some(why) = ended_early
-        && let Some(permit) = room(&shared, &tx, &watch).await
-    {
-        permit.send(Err(why.into()));
-    }
-    // The client may still have batches to take: the stream is over when the body is gone
-    // (all taken, or the client reset the stream), or when it stalls. The body ends once every
-    // sender is gone.
-    drop(tx);
-    unless_stalled(&shared, &watch, watch.body_gone()).await;
-    drop(held);
+    end(&shared, tx, &watch, ended_early, held).await;
 }
 
 /// What one run of [`make`] did.

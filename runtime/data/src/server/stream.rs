@@ -14,7 +14,7 @@ use hetgen_pipeline::StreamWork;
 use tokio::sync::mpsc;
 
 use super::budget::Reservation;
-use super::flow::{BatchOrError, GRACE, cancel, failed, room, unless_stalled};
+use super::flow::{BatchOrError, GRACE, cancel, end, failed};
 use super::refusal::Refusal;
 use super::stall::Watch;
 use super::state::{OpenStream, Shared};
@@ -39,14 +39,7 @@ pub(crate) async fn produce(
             .await
             .unwrap_or_else(|_| Some(Refusal::Internal("reading the shard panicked".into())))
     };
-    if let Some(why) = ended_early
-        && let Some(permit) = room(&shared, &tx, &watch).await
-    {
-        permit.send(Err(why.into()));
-    }
-    drop(tx);
-    unless_stalled(&shared, &watch, watch.body_gone()).await;
-    drop(held);
+    end(&shared, tx, &watch, ended_early, held).await;
 }
 
 /// How a read ended, as its emit saw it.
